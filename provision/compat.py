@@ -1,0 +1,373 @@
+"""The compatibility database: typed, validated views of the data files in provision/data/.
+
+Every row carries `source` (URL) and `checked` (date). Nothing here decides anything; `provision.resolver` does.
+`load_db()` reads the shipped data; tests build small `CompatDB` objects from fixture tables instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from provision.errors import ProvisionError
+from provision.resources import data_dir
+from provision.versions import V
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+    checked: str
+    confidence: str | None = None
+    note: str | None = None
+
+
+class GPU(_Row):
+    model: str
+    aliases: tuple[str, ...] = ()
+    arch: str
+    chip: str
+    cc: str
+    segment: Literal["geforce", "datacenter", "tegra"]
+    memory_gb: float
+    bandwidth_gbps: float
+    fp32_tflops: float
+    fp16_tflops: float | None
+    fp64_tflops: float | None
+    tdp_w: float
+
+    @property
+    def sm(self) -> str:
+        return "sm_" + self.cc.replace(".", "")
+
+    @property
+    def tegra(self) -> bool:
+        return self.segment == "tegra"
+
+
+class Toolkit(_Row):
+    version: str
+    min_driver: str
+    sm: tuple[int, ...]
+
+
+class MVC(_Row):
+    major: int
+    min_driver: str
+
+
+class Branch(_Row):
+    branch: str
+    cuda: str
+    min_cc: str
+    max_cc: str
+
+
+class Cudnn(_Row):
+    version: str
+    cuda_min: str
+    cuda_max: str
+    min_cc: str
+    max_cc: str
+
+
+class PypiCuda(_Row):
+    cuda: str
+    runtime: str
+    nvrtc: str
+    nvcc: str
+
+
+class PypiCudnn(_Row):
+    cudnn: str
+    cuda_major: int
+    requirement: str
+
+
+class Tool(_Row):
+    name: str
+    requirement: str
+    python_min: str
+    python_max: str
+
+
+class OSRow(_Row):
+    os_id: str
+    distribution: Literal["debian", "ubuntu"]
+    release: str
+    codename: str
+    python: str
+    python_packages: tuple[str, ...]
+    base_image: str
+    kernel_headers: str | None
+    nvidia_repo: str | None
+
+
+class DriverPkg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    os_id: str
+    branch: str
+    source: str
+    version: str | None
+    kernel_module: Literal["proprietary", "open"]
+    segment: Literal["geforce", "datacenter"] | None = None  # None: the same packages for every GPU
+    packages: tuple[str, ...]
+    userspace_packages: tuple[str, ...]
+    source_url: str
+    checked: str
+    confidence: str | None = None
+
+
+class CudaPkg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    os_id: str
+    cuda: str
+    source: str
+    kind: Literal["toolkit", "runtime"]
+    version: str
+    packages: tuple[str, ...]
+    source_url: str
+    checked: str
+
+
+class NvidiaRepoEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    slug: str
+    cuda: tuple[str, ...]
+
+
+class NvidiaRepo(_Row):
+    url: str
+    keyring_package: str
+    toolkit_packages: tuple[str, ...]
+    runtime_packages: tuple[str, ...]
+    repos: tuple[NvidiaRepoEntry, ...]
+
+    def offers(self, slug: str | None, cuda: str) -> bool:
+        return any(r.slug == slug and cuda in r.cuda for r in self.repos)
+
+
+class TorchRow(_Row):
+    version: str
+    variant: str
+    cuda: str
+    python_min: str
+    python_max: str
+    cudnn: str
+    arch: tuple[str, ...]
+    ptx: str | None
+    pypi_default: bool
+    numpy_major: int
+
+
+class TFRow(_Row):
+    version: str
+    python_min: str
+    python_max: str
+    cuda: str
+    cudnn: str
+    min_cc: str
+    cpu_flags: tuple[str, ...]
+    requirement: str
+
+
+class JetPack(_Row):
+    jetpack: str
+    l4t: str
+    os_id: str
+    cuda: str
+    cudnn: str
+    tensorrt: str
+    python: str
+    modules: tuple[str, ...]
+    base_image: str
+
+
+class JetsonTorch(_Row):
+    jetpack: str
+    version: str
+    cuda: str
+    cudnn: str
+    arch: tuple[str, ...]
+    requirement: str
+    index_url: str
+
+
+class ColabFramework(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    package: str
+    version: str
+    variant: str | None
+    cuda: str
+
+
+class ColabRuntime(_Row):
+    runtime: str
+    os_id: str
+    python: str
+    driver: str
+    branch: str
+    cuda: str
+    cudnn: str
+    gpus: tuple[str, ...]
+    frameworks: tuple[ColabFramework, ...]
+
+
+class Instance(_Row):
+    instance_type: str
+    gpu: str
+    gpus: int
+    vcpu: int
+    ram_gib: float
+    usd_hr: float
+
+
+class BaseImage(_Row):
+    cuda: str
+    full: str
+    cudnn_flavour: str
+    ubuntu: tuple[str, ...]
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    order: tuple[str, ...]
+    cuda_sources: dict[str, tuple[str, ...]]
+    cudnn_sources: tuple[str, ...]
+    prefer_native_cuda: bool
+    fp16_slow_ratio: float
+    cuda_home: dict[str, str]
+    venv: str
+
+
+class CompatDB(BaseModel):
+    """All tables. Built from the data files by `load_db`, or from fixture tables in tests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpus: tuple[GPU, ...] = ()
+    toolkits: tuple[Toolkit, ...] = ()
+    mvc: tuple[MVC, ...] = ()
+    branches: tuple[Branch, ...] = ()
+    cudnn: tuple[Cudnn, ...] = ()
+    pypi_cuda: tuple[PypiCuda, ...] = ()
+    pypi_cudnn: tuple[PypiCudnn, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    systems: tuple[OSRow, ...] = ()
+    drivers: tuple[DriverPkg, ...] = ()
+    cuda_pkgs: tuple[CudaPkg, ...] = ()
+    nvidia_repo: NvidiaRepo | None = None
+    torch: tuple[TorchRow, ...] = ()
+    torch_index_url: str = "https://download.pytorch.org/whl/{variant}"
+    tensorflow: tuple[TFRow, ...] = ()
+    jetpack: tuple[JetPack, ...] = ()
+    jetson_torch: tuple[JetsonTorch, ...] = ()
+    colab: tuple[ColabRuntime, ...] = ()
+    aws: tuple[Instance, ...] = ()
+    images: tuple[BaseImage, ...] = ()
+    image_registry: str = "nvidia/cuda"
+    image_tag: str = "{full}-{cudnn_flavour}-{kind}-ubuntu{ubuntu}"
+    policy: Policy | None = None
+
+    # --- look-ups -------------------------------------------------------------------------------------------
+    def gpu(self, name: str) -> GPU | None:
+        key = _norm(name)
+        for g in self.gpus:
+            if key == _norm(g.model) or key in (_norm(a) for a in g.aliases):
+                return g
+        return None
+
+    def gpu_names(self) -> list[str]:
+        return [g.model for g in self.gpus] + [a for g in self.gpus for a in g.aliases]
+
+    def system(self, os_id: str) -> OSRow | None:
+        return next((s for s in self.systems if s.os_id == os_id), None)
+
+    def toolkit(self, version: str) -> Toolkit | None:
+        return next((t for t in self.toolkits if t.version == version), None)
+
+    def branch(self, branch: str) -> Branch | None:
+        return next((b for b in self.branches if b.branch == branch), None)
+
+    def mvc_floor(self, major: int) -> MVC | None:
+        return next((m for m in self.mvc if m.major == major), None)
+
+    def cudnn_release(self, version: str) -> Cudnn | None:
+        return next((c for c in self.cudnn if c.version == version), None)
+
+    def instance(self, instance_type: str) -> Instance | None:
+        return next((i for i in self.aws if i.instance_type == instance_type), None)
+
+    def jetpack_release(self, jetpack: str) -> JetPack | None:
+        return next((j for j in self.jetpack if j.jetpack == jetpack), None)
+
+
+def _norm(name: str) -> str:
+    return " ".join(name.lower().replace("nvidia ", "").replace("geforce ", "").split())
+
+
+class DataError(ProvisionError):
+    """The shipped database itself is broken (a packaging bug, not the user's fault)."""
+
+
+def _read(path: Path) -> dict:
+    # The shipped data is trusted and needs no line numbers: libyaml's C loader reads it ~20x faster than a
+    # pure-Python parser, which matters for the cold start of every command.
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with path.open() as fh:
+        return yaml.load(fh, Loader=loader) or {}
+
+
+@functools.cache
+def load_db(root: Path | None = None) -> CompatDB:
+    """Read and validate every data file. Cached: the data is immutable for the life of the process."""
+    root = root or data_dir()
+    try:
+        gpus = _read(root / "gpus.yaml")
+        cuda = _read(root / "cuda.yaml")
+        drivers = _read(root / "drivers.yaml")
+        cudnn = _read(root / "cudnn.yaml")
+        pypi = _read(root / "pypi.yaml")
+        os_ = _read(root / "os.yaml")
+        torch = _read(root / "pytorch.yaml")
+        tf = _read(root / "tensorflow.yaml")
+        plat = _read(root / "platforms.yaml")
+        cloud = _read(root / "cloud.yaml")
+        images = _read(root / "images.yaml")
+        policy = _read(root / "policy.yaml")
+        return CompatDB(
+            gpus=gpus["rows"],
+            toolkits=cuda["toolkits"],
+            mvc=cuda["minor_version_compat"],
+            branches=drivers["branches"],
+            cudnn=cudnn["releases"],
+            pypi_cuda=pypi["cuda"],
+            pypi_cudnn=pypi["cudnn"],
+            tools=pypi["tools"],
+            systems=os_["systems"],
+            drivers=os_["drivers"],
+            cuda_pkgs=os_["cuda"],
+            nvidia_repo=os_["nvidia_repo"],
+            torch=torch["rows"],
+            torch_index_url=torch["index_url"],
+            tensorflow=tf["rows"],
+            jetpack=plat["jetpack"],
+            jetson_torch=plat["jetson_pytorch"],
+            colab=plat["colab"],
+            aws=cloud["aws"],
+            images=images["rows"],
+            image_registry=images["registry"],
+            image_tag=images["tag"],
+            policy=policy["policy"],
+        )
+    except (OSError, KeyError, ValidationError) as exc:
+        raise DataError(f"the compatibility database in {root} is broken: {exc}") from exc
+
+
+__all__ = ["CompatDB", "load_db", "V"]

@@ -1,0 +1,309 @@
+"""The two layers of the pipeline.
+
+`Profile` is what the user wrote (extra keys forbidden; optional fields mean "let the resolver decide").
+`Plan` is what the resolver decided: frozen, fully concrete, every choice with a reason. Both the Ansible
+variables and the Dockerfile are rendered from a `Plan` and nothing else, so a host and an image made
+from one profile cannot disagree on a version.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+# ---------------------------------------------------------------------------------------------------------------
+# Profile: the user's YAML
+# ---------------------------------------------------------------------------------------------------------------
+
+# Strings that reach templates, file names or commands are restricted to what they need to be.
+# Nothing from a profile is ever evaluated, but a narrow alphabet keeps templates and logs boring.
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()+/-]{0,79}$")]
+Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}$")]
+UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
+CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class GPUSpec(_Strict):
+    model: Label = Field(description="GPU model as in `provision gpus`, e.g. 'GeForce GTX 1070', 'Tesla K80', 'T4'.")
+    count: int = Field(1, ge=1, le=64, description="Number of GPUs of this model in the machine.")
+
+
+class CPUSpec(_Strict):
+    model: Label = Field(description="CPU model, e.g. 'Intel Pentium G4600'.")
+    flags: list[CpuFlag] = Field(
+        description="Instruction-set flags as /proc/cpuinfo lists them (sse4_2, avx, avx2, ...). "
+        "`provision doctor` fills them in from the local machine.",
+    )
+    cores: int | None = Field(None, ge=1, le=1024)
+    threads: int | None = Field(None, ge=1, le=4096)
+
+    @field_validator("flags")
+    @classmethod
+    def _lower_unique(cls, flags: list[str]) -> list[str]:
+        return sorted({f.lower() for f in flags})
+
+
+class StorageDevice(_Strict):
+    name: Name
+    kind: Literal["nvme", "ssd", "hdd", "emmc", "sd", "network"]
+    size_gb: float = Field(gt=0, le=1_000_000)
+
+
+class Hardware(_Strict):
+    gpu: GPUSpec
+    cpu: CPUSpec
+    memory_gb: float = Field(gt=0, le=65536, description="System memory in GB.")
+    storage: list[StorageDevice] = Field(default_factory=list)
+
+
+class OSSpec(_Strict):
+    distribution: Literal["ubuntu", "debian"]
+    release: Version = Field(description="'24.04', '22.04' for Ubuntu; '12', '13' for Debian.")
+
+
+class Target(_Strict):
+    kind: Literal["baremetal", "cloud", "colab", "jetson"]
+    os: OSSpec
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+    instance_type: Name | None = Field(None, description="Cloud instance type, e.g. p2.xlarge (kind: cloud).")
+    jetpack: Version | None = Field(None, description="JetPack release flashed on the module (kind: jetson).")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Target:
+        if self.kind == "cloud" and not self.instance_type:
+            raise ValueError("target.kind 'cloud' needs target.instance_type (e.g. p2.xlarge)")
+        if self.kind != "cloud" and self.instance_type:
+            raise ValueError(f"target.instance_type is only for kind 'cloud', not '{self.kind}'")
+        if self.kind == "jetson":
+            if not self.jetpack:
+                raise ValueError("target.kind 'jetson' needs target.jetpack (e.g. '4.6.1', '6.2')")
+            if self.arch != "aarch64":
+                raise ValueError("Jetson modules are aarch64: set target.arch to aarch64")
+        elif self.jetpack:
+            raise ValueError(f"target.jetpack is only for kind 'jetson', not '{self.kind}'")
+        return self
+
+
+class FrameworkRequest(_Strict):
+    name: Literal["pytorch", "tensorflow"]
+    version: Version | None = Field(None, description="Pin a release ('2.0', '2.0.1'); unset = newest that fits.")
+
+
+class JupyterSpec(_Strict):
+    enabled: bool = True
+    port: int = Field(8888, ge=1024, le=65535)
+    bind: str = Field("127.0.0.1", description="Address to listen on. Anything but loopback requires auth (always on).")
+    auth: Literal["token", "password"] = "token"
+    tls: bool = False
+
+    @field_validator("bind")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            raise ValueError(
+                f"'{value}' is not an IP address (use 127.0.0.1, or 0.0.0.0 to listen everywhere)"
+            ) from None
+
+
+class Software(_Strict):
+    """Pins mean 'I need this'. Anything left out is the resolver's to choose."""
+
+    driver_branch: Annotated[str, StringConstraints(pattern=r"^[0-9]{3}$")] | None = None
+    cuda: Version | None = None
+    cudnn: Version | None = None
+    python: Version | None = None
+    frameworks: list[FrameworkRequest] = Field(default_factory=list)
+    user: UnixUser = Field("ml", description="Non-root account that owns the environment and runs Jupyter.")
+    jupyter: JupyterSpec = Field(default_factory=JupyterSpec)
+    devel: bool = Field(
+        False,
+        description="Install the CUDA compiler toolchain (nvcc) on hosts and keep it in images (runtime only when false).",
+    )
+
+    @field_validator("frameworks")
+    @classmethod
+    def _unique(cls, frameworks: list[FrameworkRequest]) -> list[FrameworkRequest]:
+        names = [f.name for f in frameworks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"framework listed twice: {', '.join(dupes)}")
+        return frameworks
+
+
+class Cost(_Strict):
+    purchase_usd: float | None = Field(None, ge=0)
+    power_w: float | None = Field(None, ge=0, description="Average wall power under load, for the owning cost.")
+    electricity_usd_per_kwh: float | None = Field(None, ge=0)
+    hourly_usd: float | None = Field(None, ge=0, description="Rental price; for cloud defaults to the database.")
+
+
+class Profile(_Strict):
+    name: Name
+    description: str | None = Field(None, max_length=500)
+    hardware: Hardware
+    target: Target
+    software: Software = Field(default_factory=Software)
+    cost: Cost = Field(default_factory=Cost)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plan: the resolver's answer
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Reason(_Frozen):
+    component: str  # driver, cuda, cudnn, python, framework:pytorch, jupyter, image, ...
+    choice: str
+    why: str
+    source: str  # URL of the fact(s) the choice rests on
+
+
+class TargetPlan(_Frozen):
+    kind: Literal["baremetal", "cloud", "colab", "jetson"]
+    distribution: Literal["ubuntu", "debian"]
+    release: str
+    codename: str
+    os_id: str  # e.g. debian-13, ubuntu-24.04: the key of the per-OS data
+    arch: Literal["x86_64", "aarch64"]
+    instance_type: str | None = None
+    jetpack: str | None = None
+    l4t: str | None = None
+
+
+class GPUPlan(_Frozen):
+    model: str
+    arch: str  # Kepler, Pascal, ...
+    chip: str
+    compute_capability: str  # "6.1"
+    sm: str  # "sm_61"
+    count: int
+    memory_gb: float
+    bandwidth_gbps: float
+    fp32_tflops: float
+    fp16_tflops: float | None
+    fp64_tflops: float | None
+    tegra: bool
+
+
+class CPUPlan(_Frozen):
+    model: str
+    flags: tuple[str, ...]
+
+
+class DriverPlan(_Frozen):
+    install: bool  # False on Colab and Jetson: the platform owns the driver, we verify it
+    branch: str | None
+    source: str  # debian | ubuntu | nvidia-repo | platform
+    packages: tuple[str, ...]  # full driver install (bare metal)
+    userspace_packages: tuple[str, ...]  # user-space only (containers)
+    version: str | None  # package version as the source has it, when known
+    max_cuda: str | None  # CUDA version the driver's API reports (nvidia-smi "CUDA Version")
+    min_version: str | None  # lowest driver version the planned CUDA needs (verified on the host)
+    kernel_module: Literal["proprietary", "open", "platform"]
+
+
+class CudaPlan(_Frozen):
+    version: str  # "12.6"
+    full_version: str | None  # "12.6.77" where the source pins one
+    source: str  # pypi | debian | nvidia-repo | platform
+    kind: Literal["toolkit", "runtime"]  # toolkit has nvcc; runtime is libraries + NVRTC only
+    install: bool
+    packages: tuple[str, ...]  # apt package names, or pip requirement strings for pypi
+    home: str  # CUDA_HOME on the target
+
+
+class CudnnPlan(_Frozen):
+    version: str | None  # "9.10.2" or "8.5.0"; None when no cuDNN is planned
+    full_version: str | None
+    source: str | None  # pypi | nvidia-repo | platform | framework
+    install: bool
+    packages: tuple[str, ...]
+
+
+class PythonPlan(_Frozen):
+    version: str  # "3.11"
+    source: str  # system
+    interpreter: str  # /usr/bin/python3
+    packages: tuple[str, ...]  # apt packages needed to make a venv
+    venv: str  # path of the virtual environment on the target
+
+
+class FrameworkPlan(_Frozen):
+    name: str  # pytorch | tensorflow
+    package: str  # torch | tensorflow
+    version: str  # "2.6.0"
+    variant: str | None  # cu126, cu117, cpu, jetpack
+    index_url: str | None  # non-default wheel index, None = PyPI
+    requirements: tuple[str, ...]  # pip requirement strings, exact
+    cuda: str | None  # CUDA the wheels are built with
+    cudnn: str | None  # cuDNN the wheels bring, if they bring one
+    arch_list: tuple[str, ...]  # compute capabilities compiled into the wheels ("3.7", "5.0", ...)
+
+
+class JupyterPlan(_Frozen):
+    enabled: bool
+    port: int
+    bind: str
+    auth: Literal["token", "password"]
+    tls: bool
+    requirements: tuple[str, ...]
+
+
+class VerifyPlan(_Frozen):
+    expect_gpu: bool
+    target_arch: str  # "sm_61": NVRTC compiles cubins for this
+    nvrtc_requirements: tuple[str, ...]  # pip requirement(s) that bring NVRTC matching the planned CUDA
+    cuda_python_requirements: tuple[str, ...]  # runtime libs for the verifier where the stack has none
+    numpy_requirement: str
+
+
+class ImagePlan(_Frozen):
+    base_image: str  # for the GPU runtime stage, e.g. nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+    platform: str  # linux/amd64 | linux/arm64
+    devel: bool
+    apt_packages: tuple[str, ...]  # runtime OS packages the image needs (sorted)
+
+
+class Plan(_Frozen):
+    schema_version: int = 1
+    profile: str
+    profile_path: str | None
+    target: TargetPlan
+    gpu: GPUPlan
+    cpu: CPUPlan
+    driver: DriverPlan
+    cuda: CudaPlan
+    cudnn: CudnnPlan
+    python: PythonPlan
+    frameworks: tuple[FrameworkPlan, ...]
+    jupyter: JupyterPlan
+    verify: VerifyPlan
+    image: ImagePlan
+    user: str
+    reasons: tuple[Reason, ...]
+    warnings: tuple[str, ...]
+
+    def framework(self, name: str) -> FrameworkPlan | None:
+        return next((f for f in self.frameworks if f.name == name), None)
+
+
+def cc_to_sm(cc: str) -> str:
+    """'6.1' -> 'sm_61'."""
+    if not re.fullmatch(r"\d+\.\d+", cc):
+        raise ValueError(f"not a compute capability: {cc!r}")
+    major, minor = cc.split(".")
+    return f"sm_{major}{minor}"

@@ -1,0 +1,89 @@
+"""Plans and database tables as people read them (text) and as programs read them (JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provision.compat import CompatDB
+from provision.models import Plan
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The stable JSON form of a plan (`provision plan --json`): the whole Plan, fields as in provision.models."""
+    return plan.model_dump(mode="json")
+
+
+def plan_text(plan: Plan, *, explain: bool = False) -> list[str]:
+    d, c, n, p = plan.driver, plan.cuda, plan.cudnn, plan.python
+    lines = [
+        f"plan for {plan.profile} ({plan.profile_path or '-'}): {plan.target.kind} {plan.target.os_id} {plan.target.arch}"
+    ]
+    lines.append(
+        f"  gpu        {plan.gpu.count} x {plan.gpu.model} ({plan.gpu.arch}, cc {plan.gpu.compute_capability})"
+    )
+    if d.install:
+        lines.append(
+            f"  driver     R{d.branch} from {d.source}: {' '.join(d.packages)}"
+            + (f" ({d.version})" if d.version else "")
+        )
+    else:
+        lines.append(
+            f"  driver     {d.source}-owned {('R' + d.branch) if d.branch else ''} {d.version or ''}: verify only".rstrip()
+        )
+    lines.append(
+        f"  cuda       {c.version} {c.kind} from {c.source}"
+        + (f": {' '.join(c.packages)}" if c.packages else " (verify only)")
+    )
+    lines.append(
+        f"  cudnn      {n.version or 'none'}"
+        + (f" from {n.source}: {' '.join(n.packages)}" if n.packages else (f" ({n.source})" if n.source else ""))
+    )
+    lines.append(f"  python     {p.version} ({p.source}), environment {p.venv}")
+    for f in plan.frameworks:
+        where = f" --index-url {f.index_url}" if f.index_url else ""
+        lines.append(
+            f"  framework  {' '.join(f.requirements) or f.package + ' ' + f.version + ' (preinstalled)'}{where}"
+        )
+    j = plan.jupyter
+    lines.append(
+        "  jupyter    "
+        + (f"{j.bind}:{j.port} {j.auth}{' tls' if j.tls else ''}, as {plan.user}" if j.enabled else "off")
+    )
+    lines.append(f"  image      {plan.image.base_image} ({plan.image.platform})")
+    lines.append(f"  verify     kernels for {plan.verify.target_arch}, driver >= {d.min_version or d.version or '-'}")
+    for w in plan.warnings:
+        lines.append(f"warning: {w}")
+    if explain:
+        lines.append("")
+        lines.append("why:")
+        for r in plan.reasons:
+            lines.append(f"  [{r.component}] {r.choice}")
+            lines.append(f"      because {r.why}")
+            lines.append(f"      source: {r.source}")
+    return lines
+
+
+def gpu_rows(db: CompatDB) -> list[dict[str, Any]]:
+    return [
+        {
+            "model": g.model,
+            "arch": g.arch,
+            "cc": g.cc,
+            "memory_gb": g.memory_gb,
+            "bandwidth_gbps": g.bandwidth_gbps,
+            "fp32_tflops": g.fp32_tflops,
+            "fp16_tflops": g.fp16_tflops,
+            "segment": g.segment,
+            "drivers": [b.branch for b in db.branches if _drives(b, g)],
+            "aliases": list(g.aliases),
+            "confidence": g.confidence,
+            "source": g.source,
+        }
+        for g in db.gpus
+    ]
+
+
+def _drives(branch, gpu) -> bool:
+    from provision.resolver import branch_drives
+
+    return branch_drives(branch, gpu)

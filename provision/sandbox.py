@@ -1,0 +1,235 @@
+"""Throwaway Debian hosts in local containers: the demo target, the molecule platform and the test hosts.
+
+No image registry is reachable from the machines this project is built on, so base images are made here:
+`debootstrap` a minimal Debian into a folder and `docker import` it. The image carries what Ansible needs
+(python3, sudo) and systemd, so services (Jupyter) run as they would on a real host.
+
+Package caches live on the controller under `cache_root()` and are bind-mounted into every container, so
+repeated runs download nothing again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision.errors import RunnerError
+
+# Debian releases this machine can execute; codenames are facts about Debian, kept beside the per-OS data.
+DEBIAN_CODENAMES = {"12": "bookworm", "13": "trixie"}
+BASE_PACKAGES = (
+    "ca-certificates",
+    "python3",
+    "python3-apt",
+    "sudo",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "iproute2",
+    "procps",
+    "curl",
+    "gnupg",
+)
+MIRROR = os.environ.get("PROVISION_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+SECURITY_MIRROR = os.environ.get("PROVISION_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
+LABEL = "io.provision.sandbox"
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def base_image_tag(release: str) -> str:
+    return f"provision/debian:{release}"
+
+
+def _run(cmd: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    except FileNotFoundError:
+        raise RunnerError(f"{what}: '{cmd[0]}' is not installed (apt-get install {cmd[0]})") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
+    return proc
+
+
+def image_exists(tag: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+def sources_list(codename: str) -> str:
+    comps = "main contrib non-free non-free-firmware"
+    return (
+        f"deb {MIRROR} {codename} {comps}\n"
+        f"deb {MIRROR} {codename}-updates {comps}\n"
+        f"deb {SECURITY_MIRROR} {codename}-security {comps}\n"
+    )
+
+
+def ensure_base_image(release: str, *, rebuild: bool = False) -> str:
+    """Build `provision/debian:<release>` with debootstrap + docker import unless it exists. Returns the tag."""
+    if release not in DEBIAN_CODENAMES:
+        raise RunnerError(
+            f"no sandbox base image for Debian {release}; this machine can build {sorted(DEBIAN_CODENAMES)}"
+        )
+    tag = base_image_tag(release)
+    if image_exists(tag) and not rebuild:
+        return tag
+    codename = DEBIAN_CODENAMES[release]
+    debs = cache_root() / "debootstrap" / codename
+    debs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"provision-{codename}-") as tmp:
+        root = Path(tmp) / "root"
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--cache-dir={debs}",
+                "--include=" + ",".join(BASE_PACKAGES),
+                "--components=main,contrib,non-free,non-free-firmware",
+                codename,
+                str(root),
+                MIRROR,
+            ],
+            f"debootstrap {codename}",
+        )
+        (root / "etc/apt/sources.list").write_text(sources_list(codename))
+        # Keep downloaded .debs: /var/cache/apt/archives is a shared cache mounted from the controller.
+        (root / "etc/apt/apt.conf.d/99provision-keep-debs").write_text(
+            'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
+        )
+        (root / "etc/apt/apt.conf.d/99provision-no-recommends").write_text('APT::Install-Recommends "false";\n')
+        # systemd in a container: nothing to do with the console or hardware clocks.
+        for unit in ("getty.target", "systemd-timesyncd.service", "console-getty.service"):
+            link = root / "etc/systemd/system" / unit
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to("/dev/null")
+        _trust_controller_cas(root)
+        shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+        (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+        try:
+            _run(
+                [
+                    "docker",
+                    "import",
+                    "--change",
+                    'CMD ["/sbin/init"]',
+                    "--change",
+                    "ENV container=docker",
+                    "--change",
+                    f"LABEL {LABEL}.base=debian-{release}",
+                    "-",
+                    tag,
+                ],
+                f"docker import {tag}",
+                stdin=tar.stdout,
+            )
+        finally:
+            tar.wait()
+    return tag
+
+
+def _trust_controller_cas(root: Path) -> None:
+    """Give the image the controller's extra CA certificates (TLS-intercepting proxies, private mirrors).
+
+    Without them pip inside a sandbox fails certificate verification wherever the controller itself only
+    reaches PyPI through such a proxy. The CAs are the ones the controller already trusts, nothing more.
+    """
+    extra = Path(os.environ.get("PROVISION_EXTRA_CA_DIR", "/usr/local/share/ca-certificates"))
+    certs = sorted(extra.glob("*.crt")) if extra.is_dir() else []
+    if not certs:
+        return
+    dest = root / "usr/local/share/ca-certificates"
+    dest.mkdir(parents=True, exist_ok=True)
+    for cert in certs:
+        shutil.copyfile(cert, dest / cert.name)
+    _run(["chroot", str(root), "update-ca-certificates"], "trust the controller's CA certificates in the base image")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    name: str
+    release: str
+
+    @property
+    def connection(self) -> str:
+        return f"docker://{self.name}"
+
+
+def cache_mounts(release: str) -> list[str]:
+    """`docker run -v` arguments for the shared apt and pip caches."""
+    codename = DEBIAN_CODENAMES[release]
+    apt = cache_root() / "apt" / codename
+    (apt / "partial").mkdir(parents=True, exist_ok=True)
+    pip = cache_root() / "pip"
+    pip.mkdir(parents=True, exist_ok=True)
+    return ["-v", f"{apt}:/var/cache/apt/archives", "-v", f"{pip}:/var/cache/provision/pip"]
+
+
+def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None) -> Sandbox:
+    """Start a systemd container from the base image (built if missing), with shared caches and host networking.
+
+    Host networking: the bridge network cannot resolve the package registries on every machine this runs on,
+    and the container must reach Debian's archive and PyPI exactly as the controller does.
+    """
+    tag = ensure_base_image(release)
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    cmd = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--label",
+        f"{LABEL}=1",
+        "--network",
+        "host",
+        # systemd as PID 1 needs CAP_SYS_ADMIN and the cgroup tree; --privileged is refused by nested engines.
+        "--cap-add",
+        "SYS_ADMIN",
+        "--cgroupns",
+        "host",
+        "-v",
+        "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+        "--tmpfs",
+        "/run",
+        "--tmpfs",
+        "/run/lock",
+        "-e",
+        "PIP_CACHE_DIR=/var/cache/provision/pip",
+        *cache_mounts(release),
+    ]
+    if hostname:
+        cmd += ["--hostname", hostname]
+    cmd += [*(extra_args or []), tag, "/sbin/init"]
+    _run(cmd, f"start sandbox {name}")
+    wait_ready(name)
+    return Sandbox(name=name, release=release)
+
+
+def wait_ready(name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        proc = subprocess.run(
+            ["docker", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True
+        )
+        state = proc.stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(0.5)
+    raise RunnerError(f"sandbox {name}: systemd did not come up within {timeout:.0f}s (state '{state}')")
+
+
+def remove(name: str) -> None:
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
