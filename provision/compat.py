@@ -76,6 +76,7 @@ class Cudnn(_Row):
 
 class PypiCuda(_Row):
     cuda: str
+    cublas: str | None = None
     runtime: str
     nvrtc: str
     nvcc: str

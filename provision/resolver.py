@@ -540,12 +540,15 @@ def _cudnn_plan(ctx: _Ctx, cudnn: str | None, cuda: str, fws: tuple[_Fw, ...]) -
         ctx.warnings.append(f"cuDNN {cudnn}: {row.note or 'support facts are uncertain'}")
     if pip is None:
         return CudnnPlan(version=cudnn, full_version=None, source="framework", install=False, packages=())
+    # cuDNN's wheels depend on cuBLAS unpinned: pin the one of the planned CUDA so pip does not pull another minor.
+    cublas = _pypi_cuda(ctx, cuda)
+    pins = ((cublas.cublas,) if cublas and cublas.cublas else ()) + (pip.requirement,)
     return CudnnPlan(
         version=cudnn,
         full_version=pip.requirement.split("==")[1],
         source="pypi",
         install=True,
-        packages=(pip.requirement,),
+        packages=pins,
     )
 
 
