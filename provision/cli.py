@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from provision import __version__
 from provision.errors import EXIT_INPUT, EXIT_INTERRUPTED, Problem, ProvisionError
@@ -26,8 +25,25 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _LazyConsole:
+    """A rich Console made on first use: `provision plan --json` never pays for importing rich's console."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._kwargs)
+        return getattr(self._console, name)
+
+
+out = _LazyConsole(highlight=False, soft_wrap=True)
+err = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 _state = {"debug": False}
 
@@ -258,7 +274,7 @@ def apply(
     """Provision hosts (or a sandbox container) to the plan with Ansible, then check them (exit 0 ok, 1 failed, 3 unreachable)."""
     import tempfile
 
-    from provision.apply import resolve_hosts, run_check
+    from provision.apply import host_summaries, resolve_hosts, run_check
     from provision.errors import RunFailed, UsageError
     from provision.pipeline import plan_for
     from provision.render.ansible import render_ansible
@@ -289,7 +305,10 @@ def apply(
 
     with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
         files = render_ansible(result, tmp, inventory=hosts.inventory, skip_frameworks=skip_frameworks)
-        run = run_playbook(tmp, files["inventory"], limit=limit, check=check, diff=diff, tags=tags, on_task=on_task)
+        with err.status("starting ansible-playbook") as status:
+            run = run_playbook(tmp, files["inventory"], limit=limit, check=check, diff=diff, tags=tags, on_task=on_task,
+                               on_start=lambda task: status.update(f"running: {task}"))
+        summaries = [] if check else host_summaries(result, Path(tmp) / "reports", list(run.hosts), sandbox=sandbox)
     from rich.table import Table
 
     table = Table("host", "ok", "changed", "failed", "unreachable", "skipped", box=None)
@@ -297,6 +316,11 @@ def apply(
         table.add_row(host, str(s.ok), str(s.changed), str(s.failed), str(s.unreachable), str(s.skipped))
     out.print(table)
     out.print(f"{run.status} in {run.seconds:.0f}s, changed={run.changed}", markup=False)
+    if skip_frameworks and result.frameworks:
+        out.print("frameworks skipped (--skip-frameworks): " + ", ".join(r for f in result.frameworks for r in f.requirements),
+                  markup=False)
+    for line in summaries:
+        out.print(line, markup=False)
     for line in run.failures:
         err.print(f"failed: {line}", markup=False, style="red")
     if run.exit_code != 0:
@@ -361,7 +385,9 @@ def build(
         def progress(line: str) -> None:
             if line.startswith("Step ") or not line.startswith(" "):
                 status.update(f"[bold]{image_tag}[/]: {line[:100]}")
-            if line.startswith(("Step ", "downloading", "wheels for", "base image", "building")) or json_out is False \
+            # One line per step for logs; a failure then ends with its one `error:` line. The pull of a missing
+            # base shows in the status only, so that a base that cannot be had fails with that one line alone.
+            if line.startswith(("Step ", "downloading", "wheels for", "building", "environment")) or json_out is False \
                     and line.startswith(" ---> Using cache"):
                 err.print(line, markup=False, style="dim" if line.startswith(" --->") else None)
 

@@ -214,6 +214,9 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
     cmd += [*(extra_args or []), tag, "/sbin/init"]
     _run(cmd, f"start sandbox {name}")
     wait_ready(name)
+    # The image's package lists are as old as the image (and debootstrap fetched main only): refresh them, as a
+    # host that is about to be provisioned would have.
+    _run(["docker", "exec", name, "apt-get", "update", "-qq"], f"sandbox {name}: apt-get update")
     return Sandbox(name=name, release=release)
 
 

@@ -1,0 +1,1 @@
+"""Runners: thin adapters that hand rendered output to an external tool (Docker, Ansible)."""

@@ -1,0 +1,418 @@
+"""Build a profile's image with the Docker SDK: check the engine and the base, fetch wheels, build, summarise.
+
+Steps, each failing with one line that says what, where and what to do:
+
+1. `connect()`: the Docker engine answers (DOCKER_HOST or the default socket).
+2. `check_platform()`: the engine can run the plan's platform (Jetson images are linux/arm64).
+3. `ensure_base()`: the base image is local, or can be pulled.
+4. `fetch_wheels()`: each wheel group is downloaded once, on the controller, into
+   `provision.sandbox.cache_root()/wheels`, for the image's interpreter, ABI and C library (probed in the base).
+   Why here and not in the build: this engine's builder has no BuildKit cache mounts through the SDK, so a
+   download inside a RUN would repeat whenever that layer is rebuilt, and builds would need the network.
+5. `make_context()`: a temporary directory with the Dockerfile, the wheels (hard links into the cache), the
+   verifier sources and the Jupyter launcher.
+6. `build()`: `docker.APIClient.build(decode=True)`, streamed to a callback; returns id, size and labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.errors import RunFailed, RunnerError
+from provision.models import Plan
+from provision.render.docker import LAUNCHER, WheelGroup, wheel_groups
+from provision.resources import share_dir
+from provision.sandbox import cache_root
+
+# Docker platform -> the machine name pip and the kernel use.
+PLATFORM_MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+# The oldest manylinux the wheel tags go back to (PEP 600 counts from glibc 2.5), and the legacy aliases.
+MANYLINUX_FIRST_MINOR = 5
+LEGACY_MANYLINUX = ("manylinux2014", "manylinux2010", "manylinux1")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    tag: str
+    size_bytes: int
+    labels: dict[str, str]
+    seconds: float
+    steps_cached: int
+    steps_run: int
+    log: list[str] = field(default_factory=list, repr=False)
+    venv_image: str = ""  # the environment image the runtime stage copied from
+
+    @property
+    def stack_labels(self) -> dict[str, str]:
+        return {k: v for k, v in sorted(self.labels.items()) if k.startswith("io.provision.")}
+
+
+def _docker_host() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def connect() -> Any:
+    """A low-level client to a Docker engine that answers."""
+    import docker
+    import docker.errors
+
+    try:
+        api = docker.APIClient(base_url=os.environ.get("DOCKER_HOST") or None, version="auto", timeout=600)
+        api.ping()
+    except (docker.errors.DockerException, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunnerError(
+            f"the Docker engine at {_docker_host()} does not answer ({first[:160]}); start it "
+            "(systemctl start docker) or point DOCKER_HOST at a running engine"
+        ) from None
+    return api
+
+
+def check_platform(api: Any, plan: Plan) -> None:
+    """Refuse, before anything starts, a platform this engine cannot build (no emulation registered)."""
+    want = plan.image.platform
+    machine = PLATFORM_MACHINE.get(want)
+    if machine is None:
+        raise RunnerError(f"{plan.profile}: image.platform {want!r} is not one provision builds ({sorted(PLATFORM_MACHINE)})")
+    native = api.info().get("Architecture", "")
+    if native == machine:
+        return
+    binfmt = Path("/proc/sys/fs/binfmt_misc")
+    if any(binfmt.glob(f"qemu-{machine}*")):
+        return
+    raise RunnerError(
+        f"{plan.profile}: a {want} image cannot be built here: this Docker engine runs on "
+        f"{native or 'an unknown machine'} and has no {machine} emulation (no qemu-{machine} in {binfmt}); "
+        f"build on an {machine} machine (the Jetson itself), or register qemu-user-static binfmt handlers; `provision render` still writes the Dockerfile"
+    )
+
+
+def ensure_base(api: Any, image: str, progress: Progress) -> dict[str, Any]:
+    """Inspect the base image, pulling it once if it is not local."""
+    import docker.errors
+
+    try:
+        return api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        pass
+    progress(f"base image {image} is not local; pulling it")
+    try:
+        repo, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+        for _ in api.pull(repo, tag=tag or None, stream=True, decode=True):
+            pass
+        return api.inspect_image(image)
+    except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
+        reason = getattr(exc, "explanation", None) or str(exc)
+        raise RunnerError(
+            f"base image {image} is not on this Docker engine and could not be pulled ({str(reason)[:200]}); "
+            "load it (docker load / docker import), choose another with --base-image, or for the local Debian bases "
+            "run provision.sandbox.ensure_base_image"
+        ) from None
+
+
+def probe_glibc(api: Any, image: str) -> tuple[int, int]:
+    """The C library of the base image, (2, 41): it decides which manylinux wheels the image can load.
+
+    Remembered per image id in the provision cache: starting a container costs seconds on a loaded engine,
+    and an image id never changes its content.
+    """
+    image_id = api.inspect_image(image)["Id"]
+    memo = cache_root() / "glibc.json"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if image_id in known:
+        return tuple(known[image_id])  # type: ignore[return-value]
+    found = _run_getconf(api, image)
+    memo.write_text(json.dumps({**known, image_id: list(found)}))
+    return found
+
+
+def _run_getconf(api: Any, image: str) -> tuple[int, int]:
+    container = api.create_container(image, command=["getconf", "GNU_LIBC_VERSION"], entrypoint=[], user="0")
+    try:
+        api.start(container)
+        status = api.wait(container, timeout=60)
+        text = api.logs(container).decode(errors="replace").strip()
+    finally:
+        api.remove_container(container, force=True)
+    found = re.search(r"glibc (\d+)\.(\d+)", text)
+    if status.get("StatusCode") != 0 or not found:
+        raise RunnerError(
+            f"base image {image}: cannot tell its C library (`getconf GNU_LIBC_VERSION` said {text[:120]!r}); "
+            "provision images need a glibc-based distribution (Debian, Ubuntu, L4T)"
+        )
+    return int(found.group(1)), int(found.group(2))
+
+
+@dataclass(frozen=True)
+class WheelTarget:
+    """What pip must download for: the image's interpreter, ABI, C library and machine."""
+
+    python: str  # "3.13"
+    glibc: tuple[int, int]
+    machine: str  # x86_64
+
+    @property
+    def key(self) -> str:
+        return f"cp{self.python.replace('.', '')}-glibc{self.glibc[0]}.{self.glibc[1]}-{self.machine}"
+
+    def pip_args(self) -> list[str]:
+        abi = f"cp{self.python.replace('.', '')}"
+        platforms = [f"manylinux_{self.glibc[0]}_{minor}_{self.machine}"
+                     for minor in range(self.glibc[1], MANYLINUX_FIRST_MINOR - 1, -1)]
+        platforms += [f"{legacy}_{self.machine}" for legacy in LEGACY_MANYLINUX]
+        args = ["--only-binary=:all:", "--python-version", self.python, "--implementation", "cp",
+                "--abi", abi, "--abi", "abi3", "--abi", "none"]
+        for plat in [*platforms, "any"]:
+            args += ["--platform", plat]
+        return args
+
+
+def wheel_dir(group: WheelGroup, target: WheelTarget) -> Path:
+    digest = hashlib.sha256(json.dumps([group.requirements, group.index_url, group.no_deps]).encode()).hexdigest()[:16]
+    return cache_root() / "wheels" / target.key / f"{group.name}-{digest}"
+
+
+def fetch_wheels(group: WheelGroup, target: WheelTarget, progress: Progress) -> Path:
+    """Download a group's wheels once (with their dependencies, unless `group.no_deps`); later builds reuse them.
+
+    The CUDA/cuDNN group is `no_deps`: the NVIDIA wheels declare unpinned dependencies (nvidia-cudnn-cu11 wants
+    any nvidia-cublas-cu11), which the plan pins in the same group; resolving them would fetch what it did not choose.
+    """
+    dest = wheel_dir(group, target)
+    done = dest / ".complete"
+    if done.exists():
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "requirements.txt").write_text("".join(f"{r}\n" for r in group.requirements))
+    cmd = [sys.executable, "-m", "pip", "download", "--dest", str(dest), "--no-cache-dir", "--progress-bar", "off",
+           "--disable-pip-version-check", *target.pip_args(), "--requirement", str(dest / "requirements.txt")]
+    if group.no_deps:
+        cmd.append("--no-deps")
+    if group.index_url:
+        cmd += ["--index-url", group.index_url]
+    progress(f"downloading wheels for {group.name}: {' '.join(group.requirements)}")
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(dest, ignore_errors=True)  # no half-filled directory left in the cache
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("ERROR")] or proc.stderr.splitlines()[-3:]
+        raise RunFailed(
+            f"wheels for {group.name} ({', '.join(group.requirements)}) could not be downloaded for Python "
+            f"{target.python} on {target.machine} from {group.index_url or 'PyPI'}: {' | '.join(lines)[:400]}; "
+            "check the pins in the plan (`provision plan --explain`), or the network (pip download exit "
+            f"{proc.returncode})"
+        )
+    size = sum(p.stat().st_size for p in dest.glob("*.whl"))
+    done.write_text(json.dumps({"seconds": round(time.monotonic() - started, 1), "bytes": size}))
+    progress(f"wheels for {group.name}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f}s")
+    return dest
+
+
+def _link_tree(src: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in sorted(src.iterdir()):
+        if item.name.startswith("."):
+            continue
+        try:
+            os.link(item, dest / item.name)  # the wheels can be GBs: link, do not copy
+        except OSError:
+            shutil.copy2(item, dest / item.name)
+
+
+def verifier_source() -> Path:
+    return Path(__file__).resolve().parent.parent / "verify"
+
+
+def make_context(dest: Path, dockerfile: str, wheel_dirs: dict[str, Path], *, tools: bool = True) -> Path:
+    """The build context: Dockerfile, wheels/<group>/ and, with `tools`, provision/{__init__.py,verify/} and
+    docker/jupyter_launch.py."""
+    (dest / "Dockerfile").write_text(dockerfile)
+    (dest / ".dockerignore").write_text("**/__pycache__\n")
+    for name, src in wheel_dirs.items():
+        _link_tree(src, dest / "wheels" / name)
+    if not tools:
+        return dest
+    pkg = dest / "provision"
+    pkg.mkdir()
+    shutil.copy2(Path(__file__).resolve().parent.parent / "__init__.py", pkg / "__init__.py")
+    verify = verifier_source()
+    if verify.is_dir():
+        shutil.copytree(verify, pkg / "verify", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (dest / "docker").mkdir()
+    shutil.copy2(share_dir("templates") / LAUNCHER, dest / LAUNCHER)
+    return dest
+
+
+@contextmanager
+def build_context(plan: Plan, dockerfile: str, *, skip_frameworks: bool, api: Any,
+                  progress: Progress) -> Iterator[Path]:
+    """Fetch the wheels and lay out the context in a temporary directory (removed afterwards)."""
+    glibc = probe_glibc(api, plan.image.base_image)
+    target = WheelTarget(python=plan.python.version, glibc=glibc, machine=PLATFORM_MACHINE[plan.image.platform])
+    dirs = {g.name: fetch_wheels(g, target, progress) for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
+    # Beside the wheel cache, so the hard links work (same file system).
+    tmp_root = cache_root() / "tmp"
+    tmp_root.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=tmp_root) as tmp:
+        yield make_context(Path(tmp), dockerfile, dirs)
+
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_RUNTIME_FROM = re.compile(r"^FROM \S+ AS runtime$", re.M)
+VENV_COPY = "COPY --from=venv "
+
+
+def split_stages(dockerfile: str, venv_image: str) -> tuple[str, str]:
+    """The rendered Dockerfile as two builds: the `venv` stage alone, and the `runtime` stage copying from the
+    image that the first build tagged `venv_image`. Same instructions, same layers, same cache keys."""
+    found = _RUNTIME_FROM.search(dockerfile)
+    if found is None or dockerfile.count(VENV_COPY) != 1:
+        raise RunFailed("the rendered Dockerfile has no `FROM ... AS runtime` stage copying from `venv`; "
+                        "templates/Dockerfile.j2 and provision.runners.docker disagree (a provision bug: report it)")
+    runtime = dockerfile[found.start():].replace(VENV_COPY, f"COPY --from={venv_image} ")
+    return dockerfile[:found.start()], runtime
+
+
+def _venv_tag(plan: Plan, venv_dockerfile: str, base_id: str, wheel_dirs: dict[str, Path]) -> str:
+    """Named by what goes into the environment: the stage's text, the base image and the exact wheel files."""
+    digest = hashlib.sha256()
+    for part in (venv_dockerfile, base_id):
+        digest.update(part.encode() + b"\0")
+    for name, path in sorted(wheel_dirs.items()):
+        digest.update(f"{name}:{sorted(p.name for p in path.glob('*.whl'))}\0".encode())
+    return f"provision-venv/{plan.profile}:{digest.hexdigest()[:16]}"
+
+
+def _stream(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str | None, progress: Progress,
+            log: list[str]) -> tuple[int, int]:
+    """One classic-builder build, streamed; returns (steps cached, steps run). A failed step is RunFailed."""
+    import docker.errors
+
+    step, cached, ran = "", 0, 0
+    progress(f"building {tag}")
+    try:
+        for chunk in api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, nocache=no_cache, pull=False,
+                               decode=True, platform=platform):
+            if "error" in chunk:
+                detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+                tail = " | ".join(ln for ln in log[-6:] if ln.strip())
+                raise RunFailed(
+                    f"building {tag}: {step or 'a step'} failed: {detail.strip()[:300]}"
+                    + (f"; last output: {tail[-500:]}" if tail else "")
+                    + "; fix the plan or profile it comes from, then run `provision build` again"
+                )
+            for line in chunk.get("stream", "").splitlines():
+                if not line.strip():
+                    continue
+                log.append(line)
+                match = _STEP.match(line)
+                if match:
+                    step = f"step {match.group(1)}/{match.group(2)} ({match.group(3)[:80]})"
+                    ran += 1
+                elif line.strip() == "---> Using cache":
+                    cached += 1
+                    ran -= 1
+                progress(line)
+    except docker.errors.APIError as exc:
+        raise RunnerError(f"building {tag}: the Docker engine refused the build: {exc.explanation or exc}") from None
+    return cached, ran
+
+
+def _image_exists(api: Any, tag: str) -> bool:
+    import docker.errors
+
+    try:
+        api.inspect_image(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip_frameworks: bool = False,
+          progress: Progress = lambda line: None, api: Any = None) -> BuildResult:
+    """Build `dockerfile` (rendered from `plan`) and tag it. Raises RunnerError / RunFailed with one clear line.
+
+    Two builds of the one rendered Dockerfile: its `venv` stage with the wheels as context, tagged
+    `provision-venv/<profile>:<digest of the stage, base and wheel files>` and skipped when that image exists;
+    then its `runtime` stage, copying from that image, with a context of a few kB. Why: the classic builder
+    uploads the whole context (1-2 GB of wheels) on every build, cached or not, and builds every stage of a
+    Dockerfile; a change after the environment (a Jupyter port) would otherwise cost that upload each time.
+    """
+    api = api or connect()
+    check_platform(api, plan)
+    base = ensure_base(api, plan.image.base_image, progress)
+    started = time.monotonic()
+    platform = plan.image.platform or None
+    target = WheelTarget(python=plan.python.version, glibc=probe_glibc(api, plan.image.base_image),
+                         machine=PLATFORM_MACHINE[plan.image.platform])
+    dirs = {g.name: fetch_wheels(g, target, progress) for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
+    venv_part = split_stages(dockerfile, "")[0]
+    venv_image = _venv_tag(plan, venv_part, base["Id"], dirs)
+    _, runtime_part = split_stages(dockerfile, venv_image)
+    log: list[str] = []
+    cached = ran = 0
+    tmp_root = cache_root() / "tmp"  # beside the wheel cache, so the hard links work (same file system)
+    tmp_root.mkdir(exist_ok=True)
+    progress(f"building {tag} from {plan.image.base_image} ({plan.image.platform})")
+    if no_cache or not _image_exists(api, venv_image):
+        with tempfile.TemporaryDirectory(prefix=f"venv-{plan.profile}-", dir=tmp_root) as tmp:
+            ctx = make_context(Path(tmp), venv_part, dirs, tools=False)
+            c, r = _stream(api, ctx, venv_image, no_cache=no_cache, platform=platform, progress=progress, log=log)
+            cached, ran = cached + c, ran + r
+    else:
+        progress(f"environment {venv_image} is built already: its wheels are not sent again")
+    header = (f"# The runtime stage of the Dockerfile `provision render` writes for {plan.profile}; its environment "
+              f"comes from {venv_image}, built from the venv stage.\n")
+    with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=tmp_root) as tmp:
+        ctx = make_context(Path(tmp), header + runtime_part, {}, tools=True)
+        c, r = _stream(api, ctx, tag, no_cache=no_cache, platform=platform, progress=progress, log=log)
+        cached, ran = cached + c, ran + r
+    info = api.inspect_image(tag)
+    return BuildResult(
+        image_id=info["Id"], tag=tag, size_bytes=int(info.get("Size", 0)),
+        labels=dict((info.get("Config") or {}).get("Labels") or {}), seconds=time.monotonic() - started,
+        steps_cached=cached, steps_run=ran, log=log, venv_image=venv_image,
+    )
+
+
+def default_tag(plan: Plan, *, skip_frameworks: bool = False) -> str:
+    return f"provision/{plan.profile}:{plan.target.os_id}" + ("-noframeworks" if skip_frameworks else "")
+
+
+def plan_from(path: Path, os_override: str | None = None) -> Plan:
+    """The plan to build: resolved from a profile (YAML), or read from a saved plan (`provision plan --json`)."""
+    from provision.errors import UsageError
+
+    if not path.exists():
+        raise UsageError(f"{path}: no such file (give a profile such as profiles/deskmini.yaml, or a plan .json)")
+    if path.suffix == ".json":
+        from pydantic import ValidationError
+
+        try:
+            data = json.loads(path.read_text())
+            return Plan.model_validate(data.get("plan", data) if isinstance(data, dict) else data)
+        except (ValueError, ValidationError) as exc:
+            first = str(exc).splitlines()[0]
+            raise UsageError(f"{path}: not a provision plan ({first}); write one with `provision plan --json`") from None
+    from provision.pipeline import plan_for
+
+    return plan_for(str(path), os_override=os_override)

@@ -1,0 +1,87 @@
+"""`provision verify` on the controller side: expectations from a profile's Plan, peaks from the compat database.
+
+This is the only module of provision/verify/ that imports the rest of provision (lazily); the target-side entry
+point (`python -m verify`) never imports it, so the directory still works when copied alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .checks import PeakLookup, run
+from .driver import DeviceInfo
+from .expect import Expect
+from .report import Report
+
+
+def expectations(profile: Path | None, os_override: str | None = None) -> Expect:
+    """From the profile's Plan when given, else nothing (the detected device is the expectation)."""
+    if profile is None:
+        return Expect(source="device")
+    from provision.errors import UsageError
+
+    try:
+        from provision.pipeline import plan_for  # the lead's pipeline: profile -> Plan
+    except ImportError:
+        raise UsageError(
+            f"verify --profile {profile}: this installation has no provision.pipeline to plan the profile; "
+            "run without --profile to verify against the detected device"
+        ) from None
+    plan = plan_for(str(profile), os_override=os_override)
+    return Expect.from_plan(plan)
+
+
+def compat_peak_lookup() -> PeakLookup | None:
+    """Peak bandwidth / FP32 of a detected device from the compat database, when provision.compat is present.
+    Tries the CUDA device name ('NVIDIA H100 80GB HBM3'), then shorter prefixes ('NVIDIA H100')."""
+    try:
+        from provision.compat import load_db
+    except ImportError:
+        return None
+
+    def lookup(dev: DeviceInfo) -> tuple[float | None, float | None] | None:
+        try:
+            db = load_db()
+        except Exception:  # a broken database must not stop a verification run; peaks are then SKIPped
+            return None
+        words = dev.name.split()
+        for end in range(len(words), 0, -1):
+            row = db.gpu(" ".join(words[:end]))
+            if row is not None and row.sm == f"sm_{dev.cc}":
+                return row.bandwidth_gbps, row.fp32_tflops
+        return None
+
+    return lookup
+
+
+def run_verify(
+    profile: Path | None,
+    *,
+    os_override: str | None = None,
+    compile_only: bool = False,
+    arch: str | None = None,
+    nvrtc: str | None = None,
+    python: str | None = None,
+    report_path: Path | None = None,
+    repeats: int = 10,
+) -> Report:
+    expect = expectations(profile, os_override)
+    if compile_only:
+        expect.expect_gpu = False
+        if arch is None and expect.target_arch is None:
+            from provision.errors import UsageError
+
+            raise UsageError("verify --compile-only needs an architecture: pass --arch sm_XY or --profile PROFILE")
+    report = run(
+        expect,
+        compile_only=compile_only,
+        arch=arch,
+        nvrtc_path=nvrtc,
+        python=python,
+        peak_lookup=compat_peak_lookup(),
+        repeats=repeats,
+    )
+    if report_path is not None:
+        report_path.parent.mkdir(parents=True, exist_ok=True)
+        report_path.write_text(report.to_json())
+    return report

@@ -1,0 +1,66 @@
+"""End to end on a sandbox: `provision apply` converges a Debian 13 container to the deskmini plan, `provision check`
+is green against it, and a second apply changes nothing.
+
+Frameworks are left out (--skip-frameworks): the plan's PyTorch index (download.pytorch.org) is not reachable from
+the machines this is built on. Everything else is installed for real from Debian's archive and PyPI.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "pv-e2e-deskmini"
+PROFILE = str(ROOT / "profiles/deskmini.yaml")
+COMMON = ["--os", "debian-13", "--sandbox", NAME, "--skip-frameworks"]
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def provision(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "provision", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def first_apply():
+    subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
+    proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check")
+    yield proc
+    subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
+
+
+def _changed(stdout: str) -> int:
+    match = re.search(r"changed=(\d+)", stdout)
+    assert match, stdout[-2000:]
+    return int(match.group(1))
+
+
+def test_apply_refuses_without_yes_off_a_terminal():
+    proc = provision("apply", PROFILE, *COMMON)
+    assert proc.returncode == 2 and "nothing was changed" in proc.stderr
+
+
+def test_first_apply_converges(first_apply):
+    assert first_apply.returncode == 0, first_apply.stdout[-3000:] + first_apply.stderr[-3000:]
+    assert _changed(first_apply.stdout) > 0
+
+
+def test_check_is_green(first_apply):
+    proc = provision("check", PROFILE, *COMMON)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "FAILED" not in proc.stdout and "token-200] PASSED" in proc.stdout and "no-token-403] PASSED" in proc.stdout
+    token = subprocess.run(["docker", "exec", NAME, "cat", "/var/lib/provision/jupyter/token"], capture_output=True,
+                           text=True).stdout.strip()
+    assert token and token not in proc.stdout + proc.stderr
+
+
+def test_second_apply_changes_nothing(first_apply):
+    proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _changed(proc.stdout) == 0, proc.stderr[-3000:]

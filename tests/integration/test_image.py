@@ -1,0 +1,364 @@
+"""Real builds of the DeskMini (debian-13) and P2 (debian-12) images from the local Debian bases, checked
+with testinfra's docker backend; and the failure paths of `provision build`, each for real.
+
+Default run: frameworks skipped (`--skip-frameworks`, label io.provision.frameworks=skipped); the full image
+with PyTorch is the `heavy` test. Each image is built once per session (module-scoped fixture) and every
+check runs against that build. The wheels are downloaded once into the provision cache (PROVISION_CACHE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+import testinfra
+from packaging.utils import canonicalize_name
+from support.plans import aws_p2, deskmini, real_plan
+
+from provision.models import Plan
+from provision.render.docker import render_dockerfile, with_base_image
+from provision.runners import docker as runner
+from provision.sandbox import ensure_base_image
+from provision.verify.expect import Expect
+
+pytestmark = [pytest.mark.docker]
+
+REPO = Path(__file__).resolve().parents[2]
+# profile -> (OS override, local Debian release of the base image, hand-built fallback plan)
+IMAGES = {"deskmini": ("debian-13", "13", deskmini), "aws-p2": ("debian-12", "12", aws_p2)}
+CHUNK = 16 << 20
+
+
+def plan_for_image(profile: str, *, base: str | None = None) -> Plan:
+    os_id, release, fallback = IMAGES[profile]
+    plan = real_plan(profile, os_id) or fallback()
+    return with_base_image(plan, base or ensure_base_image(release))
+
+
+def provision_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "provision", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=REPO)
+
+
+def _one_error_line(stderr: str) -> str:
+    """The CLI's failure: exactly one `error:` line, the last one, and no traceback."""
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert "Traceback" not in stderr, stderr
+    assert len(errors) == 1 and lines[-1] == errors[0], stderr
+    return errors[0]
+
+
+@pytest.fixture(scope="module", params=sorted(IMAGES))
+def image(request: pytest.FixtureRequest) -> tuple[Plan, runner.BuildResult]:
+    plan = plan_for_image(request.param)
+    result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True), tag=f"provision-test/{plan.profile}:ci",
+                          skip_frameworks=True)
+    return plan, result
+
+
+@pytest.fixture(scope="module")
+def running(image: tuple[Plan, runner.BuildResult], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    plan, result = image
+    token = secrets.token_hex(16)
+    secret = tmp_path_factory.mktemp("secret") / "jupyter_token"
+    secret.write_text(token + "\n")  # as `echo TOKEN > file` writes it: the launcher strips the newline
+    secret.chmod(0o644)
+    name = f"provision-test-{plan.profile}"
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    subprocess.run(["docker", "run", "-d", "--name", name, "-v", f"{secret}:/run/secrets/jupyter_token:ro",
+                    result.tag], check=True, capture_output=True)
+    host = testinfra.get_host(f"docker://{name}")
+    yield {"plan": plan, "result": result, "token": token, "host": host, "name": name}
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def _python(host: testinfra.host.Host, plan: Plan, script: str) -> str:
+    return host.check_output(f"{plan.python.venv}/bin/python -c {shlex.quote(script)}")
+
+
+_STATUS = """
+import sys, urllib.error, urllib.request
+headers = {{"Authorization": "token " + sys.argv[1]}} if len(sys.argv) > 1 else {{}}
+try:
+    with urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:{port}/api/status", headers=headers),
+                                timeout=5) as r:
+        print(r.status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except OSError as e:
+    print("down")
+"""
+
+
+def _status(running: dict, token: str | None) -> str:
+    """HTTP status of /api/status from inside the container (the image has Python, not curl)."""
+    plan, host = running["plan"], running["host"]
+    script = _STATUS.format(port=plan.jupyter.port)
+    args = f" {shlex.quote(token)}" if token else ""
+    return host.check_output(f"{plan.python.venv}/bin/python -c {shlex.quote(script)}{args}")
+
+
+def test_labels_carry_the_stack(image: tuple[Plan, runner.BuildResult]) -> None:
+    plan, result = image
+    labels = result.labels
+    assert labels["io.provision.cuda"] == plan.cuda.version
+    assert labels["io.provision.cudnn"] == plan.cudnn.version
+    assert labels["io.provision.gpu.sm"] == plan.gpu.sm
+    assert labels["io.provision.frameworks"] == "skipped"
+    assert labels["org.opencontainers.image.base.name"] == plan.image.base_image
+
+
+def test_runs_as_non_root(running: dict) -> None:
+    host, plan = running["host"], running["plan"]
+    assert host.check_output("id -u") == "1000"
+    assert host.check_output("id -un") == plan.user
+    # The Jupyter server itself (PID 1: the launcher execs it) runs as the account, not only `docker exec`.
+    assert "jupyter" in host.file("/proc/1/cmdline").content_string
+    assert host.file("/proc/1").uid == 1000
+    # The environment is root's and read-only to the account (the image's default: see the template).
+    assert host.file(plan.python.venv).user == "root"
+    assert host.run(f"touch {plan.python.venv}/lib/x").rc != 0
+
+
+def _dist_versions(host: testinfra.host.Host, plan: Plan) -> dict[str, str]:
+    """name -> version of every distribution in the environment, from its dist-info (importlib.metadata)."""
+    out = _python(host, plan, "import importlib.metadata as m, json; "
+                              "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+    return {canonicalize_name(k): v for k, v in json.loads(out).items()}
+
+
+def test_planned_versions_present(running: dict) -> None:
+    plan, host = running["plan"], running["host"]
+    assert _python(host, plan, "import sys; print('%d.%d' % sys.version_info[:2])") == plan.python.version
+    installed = _dist_versions(host, plan)
+    planned = [*plan.cuda.packages, *plan.cudnn.packages, *plan.jupyter.requirements, plan.verify.numpy_requirement,
+               *plan.verify.nvrtc_requirements]
+    wrong = {}
+    for req in planned:
+        name, _, version = req.partition("==")
+        if installed.get(canonicalize_name(name)) != version:
+            wrong[req] = installed.get(canonicalize_name(name))
+    assert not wrong, f"not installed as planned (requirement: found): {wrong}"
+    # No NVIDIA wheel the plan did not choose (the CUDA/cuDNN wheels are installed with --no-deps).
+    planned_nvidia = {canonicalize_name(r.partition("==")[0]) for r in planned if r.startswith("nvidia-")}
+    assert {n for n in installed if n.startswith("nvidia-")} == planned_nvidia
+
+
+_CUDNN = """
+import ctypes, glob, json, os, sys
+site = [p for p in sys.path if p.endswith("site-packages")][0]
+# cuBLAS first (RTLD_GLOBAL), as a framework does: cuDNN's sub-libraries need it.
+for lib in sorted(glob.glob(os.path.join(site, "nvidia/cublas/lib/libcublasLt.so.*"))) + \\
+           sorted(glob.glob(os.path.join(site, "nvidia/cublas/lib/libcublas.so.*"))):
+    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+libs = sorted(glob.glob(os.path.join(site, "nvidia/cudnn/lib/libcudnn*.so.*")))
+main = [p for p in libs if os.path.basename(p).startswith("libcudnn.so.")][0]
+cudnn = ctypes.CDLL(main, mode=ctypes.RTLD_GLOBAL)
+cudnn.cudnnGetVersion.restype = ctypes.c_size_t
+loaded = [os.path.basename(p) for p in libs if ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)]
+print(json.dumps({"version": cudnn.cudnnGetVersion(), "loaded": loaded}))
+"""
+
+
+def test_cudnn_loads_and_reports_the_planned_version(running: dict) -> None:
+    """Every cuDNN library loads with what the image holds (nothing --no-deps left out), and cudnnGetVersion
+    says the planned version (8.5.0 -> 8500; 9.10.2 -> 91002)."""
+    plan, host = running["plan"], running["host"]
+    out = json.loads(_python(host, plan, _CUDNN))
+    major, minor, patch = (int(x) for x in plan.cudnn.version.split(".")[:3])
+    assert out["version"] == (major * 1000 + minor * 100 + patch if major < 9 else major * 10000 + minor * 100 + patch)
+    assert len(out["loaded"]) > 1, out  # the sub-libraries too (ops, cnn/adv or engines), not only the shim
+
+
+def test_no_compiler_in_runtime_image(running: dict) -> None:
+    host = running["host"]
+    for tool in ("nvcc", "gcc", "cc", "c++", "g++", "ld"):
+        assert not host.exists(tool), f"{tool} is in the runtime image"
+    assert host.run("find /usr /opt -xdev -name nvcc -type f 2>/dev/null").stdout.strip() == ""
+
+
+def _scan(stream: IO[bytes], needles: dict[str, re.Pattern[bytes]], where: str, hits: list[str]) -> None:
+    tail = b""
+    while chunk := stream.read(CHUNK):
+        data = tail + chunk
+        hits.extend(f"{what} in {where}" for what, rx in needles.items() if rx.search(data))
+        tail = data[-256:]
+
+
+def _scan_saved_image(tag: str, needles: dict[str, re.Pattern[bytes]]) -> tuple[list[str], int]:
+    """Search every file of every layer (and the image config, which holds the history) of `docker save`."""
+    hits: list[str] = []
+    files = 0
+    proc = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
+        for member in outer:
+            if not member.isfile():
+                continue
+            fh = outer.extractfile(member)
+            assert fh is not None
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=fh, mode="r|") as layer:
+                    for entry in layer:
+                        if entry.isfile():
+                            files += 1
+                            _scan(layer.extractfile(entry), needles, f"{member.name}:{entry.name}", hits)  # type: ignore[arg-type]
+            else:
+                _scan(fh, needles, member.name, hits)
+    assert proc.wait() == 0, f"docker save {tag} failed"
+    return sorted(set(hits)), files
+
+
+def test_no_token_or_password_in_layers_or_history(running: dict) -> None:
+    tag, token = running["result"].tag, running["token"]
+    history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", tag],
+                             capture_output=True, text=True, check=True).stdout
+    assert history.count("\n") > 10, history  # the real history, not an empty answer
+    assert token not in history and "JUPYTER_TOKEN=" not in history and "PASSWORD" not in history.upper()
+    # The token given at run time stays out of the container's configuration, too (it came as a mounted file).
+    inspect = subprocess.run(["docker", "inspect", running["name"]], capture_output=True, text=True,
+                             check=True).stdout
+    assert token not in inspect
+    # Every file of every layer: no token value, no `JUPYTER_TOKEN=` assignment, no Jupyter config with a
+    # token or password. The launcher and Jupyter name the variable (JUPYTER_TOKEN), never assign it.
+    needles = {
+        "the test's token": re.compile(re.escape(token.encode())),
+        "a JUPYTER_TOKEN= assignment": re.compile(rb"JUPYTER_TOKEN="),
+        "a Jupyter token/password setting": re.compile(rb"(?:ServerApp|NotebookApp|IdentityProvider)\.(?:token|password)"
+                                                       rb"\s*=\s*['\"][^'\"]+"),
+    }
+    hits, files = _scan_saved_image(tag, needles)
+    assert files > 1000, f"only {files} files in the saved layers: the scan did not see the image"
+    assert not hits, hits
+
+
+def test_jupyter_answers_with_token_only(running: dict) -> None:
+    token = running["token"]
+    deadline = time.monotonic() + 240  # JupyterLab took ~60 s to start on the loaded 2-core test machine
+    code = ""
+    while time.monotonic() < deadline and code != "200":
+        code = _status(running, token)
+        time.sleep(1)
+    assert code == "200", f"Jupyter did not answer 200 with the token: {code}"
+    assert _status(running, None) == "403"
+    assert _status(running, "wrong-" + token) == "403"
+    # The image's HEALTHCHECK command agrees.
+    plan, host = running["plan"], running["host"]
+    assert host.run(f"{plan.python.venv}/bin/python /opt/provision/bin/jupyter_launch.py health").rc == 0
+
+
+def test_jupyter_refuses_to_start_without_token(image: tuple[Plan, runner.BuildResult]) -> None:
+    proc = subprocess.run(["docker", "run", "--rm", image[1].tag], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 64 and "no Jupyter token" in proc.stderr
+
+
+def _verify(running: dict, *args: str) -> tuple[int, dict]:
+    plan, host = running["plan"], running["host"]
+    expect = json.dumps(Expect.from_plan(plan).to_dict())
+    host.check_output(f"printf %s {shlex.quote(expect)} > /tmp/expect.json")
+    out = host.run(f"{plan.python.venv}/bin/python -m provision.verify --expect /tmp/expect.json --json "
+                   f"--no-frameworks {' '.join(args)}")
+    assert out.stdout.strip(), f"no report (rc {out.rc}): {out.stderr[-2000:]}"
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.rc, json.loads(out.stdout)
+
+
+def test_verifier_compiles_for_the_profile_without_gpu(running: dict, request: pytest.FixtureRequest) -> None:
+    plan = running["plan"]
+    rc, report = _verify(running, "--compile-only")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert rc == 0 and report["status"] == "pass", json.dumps(report)[:3000]
+    compiled = {n: c for n, c in checks.items() if n.startswith("compile:")}
+    assert len(compiled) == 3 and all(c["status"] == "PASS" for c in compiled.values()), compiled
+    assert {c["figures"]["arch"] for c in compiled.values()} == {plan.verify.target_arch}
+    assert report["environment"]["nvrtc"]["version"].startswith(plan.cuda.version.split(".")[0] + ".")
+    assert checks["cudnn"]["status"] == "PASS" and checks["cudnn"]["figures"]["version"] == plan.cudnn.version
+
+
+def test_verifier_without_gpu_says_so(running: dict) -> None:
+    rc, report = _verify(running)
+    assert rc == 2 and report["status"] == "error", json.dumps(report)[:3000]
+    assert "no NVIDIA driver" in report["error"] and "--compile-only" in report["error"]
+
+
+# --- failure paths, through the CLI -----------------------------------------------------------------------------
+
+def _plan_file(tmp_path: Path, plan: Plan) -> str:
+    path = tmp_path / f"{plan.profile}.json"
+    path.write_text(plan.model_dump_json())
+    return str(path)
+
+
+def test_docker_not_running(tmp_path: Path) -> None:
+    proc = provision_cli("build", _plan_file(tmp_path, plan_for_image("aws-p2")),
+                         env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 3, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "unix:///nonexistent.sock" in _one_error_line(proc.stderr)
+
+
+def test_base_image_missing(tmp_path: Path) -> None:
+    plan = plan_for_image("aws-p2", base="provision/does-not-exist:1")
+    proc = provision_cli("build", _plan_file(tmp_path, plan))
+    assert proc.returncode == 3, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert "provision/does-not-exist:1" in line and "--base-image" in line
+
+
+def test_pip_requirement_that_does_not_exist(tmp_path: Path) -> None:
+    plan = plan_for_image("aws-p2")
+    bad = plan.model_copy(update={"jupyter": plan.jupyter.model_copy(
+        update={"requirements": ("provision-no-such-package==0.0.1",)})})
+    proc = provision_cli("build", _plan_file(tmp_path, bad), "--skip-frameworks", "--tag", "provision-test/bad:1")
+    assert proc.returncode == 1, proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert "wheels for jupyter" in line and "provision-no-such-package==0.0.1" in line
+
+
+def test_build_step_that_fails(tmp_path: Path) -> None:
+    plan = plan_for_image("aws-p2")
+    bad = plan.model_copy(update={"image": plan.image.model_copy(
+        update={"apt_packages": (*plan.image.apt_packages, "provision-no-such-package")})})
+    proc = provision_cli("build", _plan_file(tmp_path, bad), "--skip-frameworks", "--tag", "provision-test/bad:1")
+    assert proc.returncode == 1, proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert "step 2/" in line and "apt-get" in line and "provision-no-such-package" in line
+    assert subprocess.run(["docker", "image", "inspect", "provision-test/bad:1"], capture_output=True).returncode != 0
+
+
+def test_jetson_arm64_refused_before_starting() -> None:
+    plan = real_plan("jetson-orin-nano")
+    if plan is None:
+        pytest.skip("profiles/jetson-orin-nano.yaml is not there yet")
+    proc = provision_cli("build", "profiles/jetson-orin-nano.yaml")
+    assert proc.returncode == 3, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert "linux/arm64" in line and "cannot be built here" in line
+
+
+@pytest.mark.heavy
+@pytest.mark.slow
+def test_full_image_with_frameworks() -> None:
+    """P2 with PyTorch from PyPI (the cu117 build, ~2 GB with its nvidia dependencies)."""
+    plan = plan_for_image("aws-p2")
+    result = runner.build(plan, render_dockerfile(plan), tag="provision-test/aws-p2:full")
+    fw = plan.frameworks[0]
+    assert result.labels["io.provision.frameworks"].startswith(f"{fw.package}=={fw.version}")
+    out = subprocess.run(["docker", "run", "--rm", result.tag, "python", "-c",
+                          "import torch; print(torch.__version__, torch.backends.cudnn.version())"],
+                         capture_output=True, text=True)
+    assert out.stdout.split()[0].startswith(fw.version), out.stderr

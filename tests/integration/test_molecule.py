@@ -1,0 +1,75 @@
+"""Run each role's molecule `default` scenario (create, converge, idempotence, verify, destroy) in local containers.
+
+The platforms are the sandbox images provision/debian:12 and :13 (built here with debootstrap when missing) with
+the same apt and pip cache mounts as provision.sandbox, passed to molecule.yml through PROVISION_* variables.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from provision import sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+# Cheapest first: a failure in python_env (which the others' prepare step applies) shows up early.
+ROLES = ["python_env", "nvidia_driver", "cuda", "jupyter", "cudnn", "gpu_verify"]
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI on this machine"),
+    pytest.mark.skipif(
+        not (BIN / "molecule").exists(), reason="molecule is not installed next to this Python (test extra)"
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def molecule_env() -> dict[str, str]:
+    for release in ("12", "13"):
+        sandbox.ensure_base_image(release)
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+    for release in ("12", "13"):
+        mounts = sandbox.cache_mounts(release)
+        apt = mounts[1].split(":")[0]
+        env[f"PROVISION_APT_CACHE_{release}"] = apt
+        env["PROVISION_PIP_CACHE"] = mounts[3].split(":")[0]
+    env.setdefault("ANSIBLE_FORCE_COLOR", "false")
+    env["PY_COLORS"] = "0"
+    return env
+
+
+def run_scenario(role: str, scenario: str, env: dict[str, str]) -> None:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(BIN / "molecule"), "test", "-s", scenario],
+        cwd=REPO / "roles" / role,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.monotonic() - started
+    print(f"molecule {role}/{scenario}: rc={proc.returncode} in {elapsed:.0f}s")
+    assert proc.returncode == 0, f"molecule test for {role}/{scenario} failed:\n{(proc.stdout + proc.stderr)[-12000:]}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_default_scenario(role: str, molecule_env: dict[str, str]) -> None:
+    run_scenario(role, "default", molecule_env)
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(
+    os.environ.get("PROVISION_HEAVY") != "1", reason="set PROVISION_HEAVY=1 to install torch 2.0.1 (~2 GB)"
+)
+def test_python_env_heavy_torch_for_k80(molecule_env: dict[str, str]) -> None:
+    run_scenario("python_env", "heavy", molecule_env)

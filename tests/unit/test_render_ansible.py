@@ -1,0 +1,104 @@
+"""The Ansible rendering: each role gets its inputs from the Plan, and the playbook is valid Ansible."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from provision.pipeline import plan_for
+from provision.render.ansible import ROLES, ansible_vars, render_ansible, sandbox_inventory
+from provision.resources import share_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _specs() -> dict[str, dict]:
+    yaml = YAML(typ="safe")
+    return {r: yaml.load((share_dir("roles") / r / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]
+            ["options"] for r in ROLES}
+
+
+@pytest.fixture(scope="module")
+def deskmini():
+    return plan_for(ROOT / "profiles/deskmini.yaml", os_override="debian-13")
+
+
+@pytest.fixture(scope="module")
+def awsp2():
+    return plan_for(ROOT / "profiles/aws-p2.yaml", os_override="debian-12")
+
+
+def test_deskmini_vars_carry_the_plan(deskmini):
+    v = ansible_vars(deskmini)
+    assert v["nvidia_driver_branch"] == deskmini.driver.branch == "550"
+    assert v["nvidia_driver_version"] == deskmini.driver.version
+    assert v["nvidia_driver_userspace_packages"] == ["libcuda1", "libnvidia-ml1", "nvidia-smi"]
+    assert v["cuda_version"] == "12.6" and v["cuda_source"] == "pypi"
+    assert v["cuda_packages"] == list(deskmini.cuda.packages)
+    assert v["cudnn_version"] == "9.10.2" and v["cudnn_packages"] == list(deskmini.cudnn.packages)
+    assert v["python_env_version"] == "3.13"
+    assert v["python_env_frameworks"][0]["index_url"] == deskmini.frameworks[0].index_url
+    assert v["jupyter_bind"] == "127.0.0.1" and v["jupyter_auth"] == "token"
+    assert v["gpu_verify_target_arch"] == "sm_61"
+    assert v["gpu_verify_expect"]["cuda_version"] == "12.6"
+    assert {v[k] for k in ("cuda_venv_owner", "cudnn_venv_owner", "python_env_user", "jupyter_user",
+                           "gpu_verify_user")} == {deskmini.user}
+
+
+def test_awsp2_vars_carry_the_plan(awsp2):
+    v = ansible_vars(awsp2)
+    assert v["nvidia_driver_branch"] == "470"
+    assert v["nvidia_driver_userspace_packages"] == list(awsp2.driver.userspace_packages)
+    assert "nvidia-tesla-470-smi" in v["nvidia_driver_userspace_packages"]
+    assert v["cuda_version"] == awsp2.cuda.version and v["cuda_version"].startswith("11.")
+    assert v["cudnn_version"] == "8.5.0"
+    assert v["python_env_version"] == "3.11"
+    assert v["gpu_verify_target_arch"] == "sm_37"
+
+
+def test_skip_frameworks_drops_them(deskmini):
+    v = ansible_vars(deskmini, skip_frameworks=True)
+    assert v["python_env_frameworks"] == [] and v["gpu_verify_expect"]["frameworks"] == []
+
+
+@pytest.mark.parametrize("plan_name", ["deskmini", "awsp2"])
+def test_every_var_is_a_role_input_and_required_inputs_are_given(plan_name, request):
+    v = ansible_vars(request.getfixturevalue(plan_name))
+    specs = _specs()
+    known = {name for opts in specs.values() for name in opts}
+    assert set(v) - known == set(), "vars no role declares"
+    for role, opts in specs.items():
+        missing = [n for n, o in opts.items() if o.get("required") and n not in v]
+        assert missing == [], f"{role}: required inputs not given"
+        for name, opt in opts.items():
+            if name in v and "choices" in opt:
+                assert v[name] in opt["choices"], f"{name}={v[name]!r} not in {opt['choices']}"
+
+
+def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
+    files = render_ansible(deskmini, tmp_path, inventory=sandbox_inventory("pv-syntax"))
+    assert (tmp_path / "plan.json").is_file()
+    play = YAML(typ="safe").load(files["playbook"].read_text())[0]
+    assert [r["role"] for r in play["roles"]] == list(ROLES) and play["become"] is True
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(files["inventory"]), "site.yml"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(share_dir("roles")),
+                               "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # ansible-lint loads every role the play uses: about a minute on 2 cores
+@pytest.mark.skipif(shutil.which("ansible-lint", path=str(BIN)) is None, reason="ansible-lint not installed")
+def test_rendered_playbook_passes_ansible_lint(deskmini, tmp_path):
+    render_ansible(deskmini, tmp_path)
+    proc = subprocess.run([str(BIN / "ansible-lint"), "--offline", "--format=pep8", "site.yml"], cwd=tmp_path,
+                          capture_output=True, text=True,
+                          env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(share_dir("roles")),
+                               "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,107 @@
+"""Static checks of the Ansible roles: specs agree with defaults, naming rules hold, and the linters pass."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES_DIR = REPO / "roles"
+ROLES = ["nvidia_driver", "cuda", "cudnn", "python_env", "jupyter"]
+OS_VARS = ["Debian-12", "Debian-13", "Ubuntu-22", "Ubuntu-24"]
+BIN = Path(sys.executable).parent
+
+
+def load(path: Path):
+    return YAML(typ="safe").load(path.read_text())
+
+
+def spec_options(role: str) -> dict:
+    return load(ROLES_DIR / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_spec_defaults_equal_defaults_file(role: str) -> None:
+    defaults = load(ROLES_DIR / role / "defaults" / "main.yml")
+    options = spec_options(role)
+    assert sorted(options) == sorted(defaults), "argument_specs options and defaults/main.yml keys differ"
+    for name, option in options.items():
+        assert "default" in option, f"{role}: {name} has no default in argument_specs"
+        assert option["default"] == defaults[name], (
+            f"{role}: {name}: spec default {option['default']!r} != {defaults[name]!r}"
+        )
+        assert option.get("type"), f"{role}: {name} has no type"
+        assert option.get("description"), f"{role}: {name} has no description"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_variables_carry_the_role_prefix(role: str) -> None:
+    for name in load(ROLES_DIR / role / "defaults" / "main.yml"):
+        assert name.startswith(f"{role}_"), name
+    for path in (ROLES_DIR / role / "vars").glob("*.yml"):
+        for name in load(path) or {}:
+            assert name.startswith(f"__{role}_"), f"{path.name}: {name}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("os_name", OS_VARS)
+def test_per_os_vars_exist(role: str, os_name: str) -> None:
+    assert (ROLES_DIR / role / "vars" / f"{os_name}.yml").is_file()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_first_task_asserts_the_platform(role: str) -> None:
+    first = load(ROLES_DIR / role / "tasks" / "main.yml")[0]
+    assert "ansible.builtin.assert" in first
+    message = first["ansible.builtin.assert"]["fail_msg"]
+    assert role in message and "ansible_facts['distribution']" in message and "supports" in message
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_ignore_errors(role: str) -> None:
+    for path in (ROLES_DIR / role).rglob("*.yml"):
+        text = path.read_text()
+        assert "ignore_errors" not in text, path
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_default_scenario_keeps_idempotence(role: str) -> None:
+    scenario = load(ROLES_DIR / role / "molecule" / "default" / "molecule.yml")
+    sequence = scenario["scenario"]["test_sequence"]
+    assert sequence.index("converge") < sequence.index("idempotence") < sequence.index("verify")
+    images = {p["image"] for p in scenario["platforms"]}
+    assert images <= {"provision/debian:12", "provision/debian:13"}
+    assert all(p["pre_build_image"] for p in scenario["platforms"])
+    verify = (ROLES_DIR / role / "molecule" / "default" / "verify.yml").read_text()
+    assert "that: true" not in verify
+
+
+def test_lint_config_has_an_empty_skip_list() -> None:
+    config = load(REPO / ".ansible-lint")
+    assert config["profile"] == "production"
+    assert config["skip_list"] == []
+    assert {"role-argument-spec", "name[prefix]"} <= set(config["enable_list"])
+
+
+@pytest.mark.skipif(not (BIN / "ansible-lint").exists(), reason="ansible-lint is not installed next to this Python")
+def test_ansible_lint_production_passes() -> None:
+    proc = subprocess.run(
+        [str(BIN / "ansible-lint"), "--profile", "production", "roles/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(Path.home())},
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_yamllint_passes() -> None:
+    yamllint = BIN / "yamllint"
+    exe = [str(yamllint)] if yamllint.exists() else [shutil.which("yamllint") or "yamllint"]
+    proc = subprocess.run([*exe, "-s", "roles", ".ansible-lint", ".yamllint"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
