@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
-        check=True,
         capture_output=True,
+        text=True,
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     [whl] = out.glob("provision-*.whl")
     return whl
 
