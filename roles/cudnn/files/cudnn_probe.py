@@ -39,11 +39,27 @@ def decode(value: int) -> str:
     return f"{value // 1000}.{(value % 1000) // 100}.{value % 100}"
 
 
+def preload_cublas(venv: str) -> None:
+    """cuDNN 8's sub-libraries find cuBLAS through the global symbol table (a framework loads it first); without
+    it cudnnGetVersion aborts the whole process. Load the environment's cuBLAS the same way."""
+    if not venv:
+        return
+    site = os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "cublas", "lib")
+    for stem in ("libcublasLt.so*", "libcublas.so*"):
+        for path in sorted(glob.glob(os.path.join(site, stem)), reverse=True):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", default="")
     parser.add_argument("--lib-dir", default="")
     args = parser.parse_args()
+    preload_cublas(args.venv)
     errors = []
     for path in candidates(args.venv, args.lib_dir):
         try:
