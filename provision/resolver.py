@@ -566,7 +566,8 @@ def _plan_installable(ctx: _Ctx, best: _Stack, fw_cands, drivers, cudas, offered
     )
     if sw.driver_branch:
         why = f"pinned by the profile; it drives {gpu.model} (cc {gpu.cc}) and reports CUDA {branch.cuda}"
-    if last.note and "last" in last.note and V(gpu.cc) < V("7.5"):
+    newest = max(db.branches, key=lambda b: V(b.branch))
+    if last.note and last.branch != newest.branch:  # the GPU's driver line ends at `last`: say so
         why += f"; R{last.branch} is {last.note}"
     if others:
         why += f" (also offered: {', '.join(others)})"
