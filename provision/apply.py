@@ -50,9 +50,6 @@ def resolve_hosts(plan: Plan, inventory: Path | None, sandbox: str | None, *, st
             start_sandbox(sandbox, release)
         elif not _container_running(sandbox):
             raise UsageError(f"sandbox {sandbox} is not running; run `provision apply ... --sandbox {sandbox}` first")
-        # pip runs as the plan's non-root account: give it a writable directory in the shared pip cache.
-        subprocess.run(["docker", "exec", sandbox, "install", "-d", "-m", "1777", "/var/cache/provision/pip/users"],
-                       capture_output=True)
         return Hosts(inventory=sandbox_inventory(sandbox), sandbox=sandbox)
     if inventory is None:
         from provision.resources import share_dir
@@ -68,8 +65,13 @@ def _container_running(name: str) -> bool:
     return proc.returncode == 0 and proc.stdout.strip() == "true"
 
 
-def run_check(plan: Plan, hosts: Hosts, *, skip_frameworks: bool = False, echo=None) -> int:
-    """Run provision/checks/test_host.py with pytest-testinfra against the hosts. Returns 0 green, 1 red, 3 cannot run."""
+def run_check(plan: Plan, hosts: Hosts, *, only: list[str] | None = None, skip_frameworks: bool = False,
+              echo=None) -> int:
+    """Run provision/checks/test_host.py with pytest-testinfra against the hosts (only these, when given).
+    Returns 0 green, 1 red, 3 cannot run.
+
+    Inventory hosts go through testinfra's ansible:// backend, which talks to ssh, local and docker hosts directly
+    with the inventory's connection settings (and through Ansible for any other connection)."""
     from provision.render.ansible import render_ansible
 
     suite = Path(__file__).resolve().parent / "checks" / "test_host.py"
@@ -77,9 +79,12 @@ def run_check(plan: Plan, hosts: Hosts, *, skip_frameworks: bool = False, echo=N
         files = render_ansible(plan, tmp, inventory=hosts.inventory, skip_frameworks=skip_frameworks)
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n")
+        names = ",".join(f"ansible://{h}" for h in only) if only else "ansible://all"
         target = (["--hosts", f"docker://{hosts.sandbox}"] if hosts.sandbox else
-                  ["--hosts", "ansible://all", "--ansible-inventory", str(files["inventory"]), "--force-ansible", "--sudo"])
+                  ["--hosts", names, "--ansible-inventory", str(files["inventory"]), "--sudo"])
         env = os.environ | {"PROVISION_CHECK_PLAN": str(files["plan"]),
+                            # testinfra runs ansible-inventory: the one installed with this interpreter.
+                            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                             "PROVISION_CHECK_SKIP_FRAMEWORKS": "1" if skip_frameworks else "0"}
         cmd = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", tmp, "-p", "no:cacheprovider",
                "-v", "--tb=line", "--no-header", *target, str(suite)]
@@ -87,7 +92,7 @@ def run_check(plan: Plan, hosts: Hosts, *, skip_frameworks: bool = False, echo=N
     for line in proc.stdout.splitlines():
         if echo and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line or line.startswith(("E ", "/"))
                      or " passed" in line or " failed" in line):
-            echo(line.replace(str(suite) + "::", "").replace("provision/checks/test_host.py::", ""))
+            echo(line.split("::", 1)[-1] if "::" in line else line)
     if proc.returncode == 0:
         return EXIT_OK
     if proc.returncode == 1:
@@ -97,39 +102,21 @@ def run_check(plan: Plan, hosts: Hosts, *, skip_frameworks: bool = False, echo=N
     return EXIT_EXTERNAL
 
 
-def host_summaries(plan: Plan, reports_dir: Path, hosts: list[str], *, sandbox: str | None = None) -> list[str]:
-    """What a person needs after an apply, per host: the verifier's verdict and figures, and how to reach Jupyter.
-
-    The verifier's JSON reports were fetched by the gpu_verify role into reports_dir/<host>/verify.json. The Jupyter
-    token is never printed: the line says where it is and how to read it.
-    """
-    import json
-
+def host_summaries(plan: Plan, results: dict, hosts: list[str], *, sandbox: str | None = None) -> list[str]:
+    """How to reach each host's Jupyter. The token is never printed: the line says where it is and how to read it."""
     lines: list[str] = []
+    if not plan.jupyter.enabled:
+        return lines
+    j = plan.jupyter
+    scheme = "https" if j.tls else "http"
     for host in sorted(hosts):
-        path = reports_dir / host / "verify.json"
-        if path.is_file():
-            report = json.loads(path.read_text())
-            summary = report.get("summary", {})
-            figures = report.get("figures") or {}
-            mode = "compile-only (no GPU on the host)" if report.get("mode") == "compile-only" else "on the GPU"
-            text = (f"{host}: verify {report.get('status', '?')} {mode}: {summary.get('passed', 0)} passed, "
-                    f"{summary.get('failed', 0)} failed, {summary.get('skipped', 0)} skipped")
-            if figures:
-                text += "; " + ", ".join(f"{k}={v}" for k, v in figures.items())
-            lines.append(text)
+        if sandbox:
+            reach = (f"docker exec {sandbox} curl -s -H \"Authorization: token $(docker exec {sandbox} "
+                     f"cat /var/lib/provision/jupyter/token)\" {scheme}://127.0.0.1:{j.port}/api/status")
+        elif j.bind.startswith("127."):
+            reach = (f"ssh -N -L {j.port}:127.0.0.1:{j.port} {host}, then {scheme}://127.0.0.1:{j.port}/lab "
+                     f"with the token in /var/lib/provision/jupyter/token (readable by {plan.user} only)")
         else:
-            lines.append(f"{host}: no verification report came back")
-        if plan.jupyter.enabled:
-            j = plan.jupyter
-            scheme = "https" if j.tls else "http"
-            if sandbox:
-                reach = (f"docker exec {sandbox} curl -s -H \"Authorization: token $(docker exec {sandbox} "
-                         f"cat /var/lib/provision/jupyter/token)\" {scheme}://127.0.0.1:{j.port}/api/status")
-            elif j.bind.startswith("127."):
-                reach = (f"ssh -N -L {j.port}:127.0.0.1:{j.port} {host}, then {scheme}://127.0.0.1:{j.port}/lab "
-                         f"with the token in /var/lib/provision/jupyter/token (readable by {plan.user} only)")
-            else:
-                reach = f"{scheme}://{host}:{j.port}/lab ({j.auth} in /var/lib/provision/jupyter/, readable by {plan.user} only)"
-            lines.append(f"{host}: jupyter: {reach}")
+            reach = f"{scheme}://{host}:{j.port}/lab ({j.auth} in /var/lib/provision/jupyter/, readable by {plan.user} only)"
+        lines.append(f"{host}: jupyter: {reach}")
     return lines

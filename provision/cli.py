@@ -131,17 +131,46 @@ def plan(
     os_override: OsOpt = None,
     as_json: JsonOpt = False,
     explain: Annotated[bool, typer.Option("--explain", help="Say why each component was chosen, with sources.")] = False,
+    diff_against: Annotated[str | None, typer.Option(
+        "--diff-against", metavar="HOST",
+        help="Compare with what HOST got at its last `provision apply` (exit 1 when something differs).")] = None,
 ) -> None:
     """Resolve a profile into a concrete stack (driver, CUDA, cuDNN, Python, frameworks, Jupyter)."""
     from provision.pipeline import plan_for
     from provision.report import plan_json, plan_text
 
     result = plan_for(profile, os_override=os_override)
+    if diff_against is not None:
+        _diff_against(result, diff_against, as_json)
+        return
     if as_json:
         print_json(plan_json(result))
         return
     for line in plan_text(result, explain=explain):
         out.print(line, markup=False)
+
+
+def _diff_against(result: Any, host: str, as_json: bool) -> None:
+    from provision import state
+    from provision.drift import host_differences, plan_differences
+    from provision.errors import UsageError
+
+    record = state.read_record(host)
+    if record is None:
+        known = ", ".join(state.known_hosts()) or "none yet"
+        raise UsageError(f"--diff-against {host}: no record of an apply on {host} in {state.state_dir()} "
+                         f"(hosts with a record: {known})")
+    lines = plan_differences(result, record.get("plan") or {}) + host_differences(result, record)
+    if as_json:
+        print_json({"host": host, "applied_at": record.get("applied_at"), "profile": record.get("profile"),
+                    "differences": lines})
+    else:
+        out.print(f"{host}: applied {record.get('applied_at')} from {record.get('profile')} "
+                  f"(plan {record.get('digest')})", markup=False)
+        for line in lines or ["no differences: the host has what this plan decides"]:
+            out.print(line, markup=False)
+    if lines:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -256,45 +285,95 @@ def render(
         out.print(f"wrote {path}", markup=False)
 
 
+OptProfileArg = Annotated[
+    Path | None,
+    typer.Argument(help="Hardware profile (YAML). Optional when the inventory sets provision_profile per host or group.",
+                   show_default=False),
+]
+
+
+def _targets(profile: Path | None, inventory: Path | None, sandbox: str | None, os_override: str | None,
+             limit: str | None, failed: bool):
+    """(groups, inventory for Ansible, key of the run) for apply and check; every Plan resolved, nothing touched."""
+    from provision import state
+    from provision.apply import sandbox_release
+    from provision.errors import UsageError
+    from provision.fleet import assign, inventory_hostvars
+
+    if inventory and sandbox:
+        raise UsageError("give either --inventory or --sandbox, not both")
+    if sandbox:
+        if profile is None:
+            raise UsageError("--sandbox needs a PROFILE")
+        from provision.render.ansible import sandbox_inventory
+
+        groups = assign({sandbox: {}}, profile, os_override, None)
+        sandbox_release(groups[0].plan)  # refuse an OS the sandbox cannot run before asking anything
+        return groups, sandbox_inventory(sandbox), f"sandbox:{sandbox}"
+    if inventory is None:
+        from provision.resources import share_dir
+
+        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
+    if not inventory.is_file():
+        raise UsageError(f"{inventory}: inventory file not found")
+    inventory = inventory.resolve()
+    key = str(inventory)
+    hostvars = inventory_hostvars(inventory, limit)
+    if failed:
+        retry = state.failed_hosts(key)
+        if retry is None:
+            raise UsageError(f"--failed: no earlier apply on {inventory} is remembered (in {state.state_dir()})")
+        hostvars = {h: v for h, v in hostvars.items() if h in retry}
+        if not hostvars:
+            return [], inventory, key
+    return assign(hostvars, profile, os_override, inventory), inventory, key
+
+
 @app.command()
 @handle_errors
 def apply(
-    profile: ProfileArg,
+    profile: OptProfileArg = None,
     inventory: InventoryOpt = None,
-    limit: Annotated[str | None, typer.Option("--limit", help="Only these hosts (Ansible pattern).")] = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Only the hosts that did not succeed in the last apply "
+                                         "on this inventory.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Dry run: report what would change.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Show file differences.")] = False,
-    tags: Annotated[str | None, typer.Option("--tags", help="Only tasks with these tags.")] = None,
+    tags: Annotated[str | None, typer.Option("--tags", help="Only these roles (comma-separated role names).")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing the hosts.")] = False,
     os_override: OsOpt = None,
     sandbox: SandboxOpt = None,
     skip_frameworks: SkipFrameworksOpt = False,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip `provision check` after the run.")] = False,
 ) -> None:
-    """Provision hosts (or a sandbox container) to the plan with Ansible, then check them (exit 0 ok, 1 failed, 3 unreachable)."""
-    import tempfile
+    """Provision hosts (or a sandbox container) to their plans with Ansible, then check them.
 
-    from provision.apply import host_summaries, resolve_hosts, run_check
+    Exit 0 every host ok, 1 a host failed (or its check), 3 a host was unreachable, 130 interrupted.
+    """
+    from provision.apply import host_summaries, resolve_hosts
     from provision.errors import RunFailed, UsageError
-    from provision.pipeline import plan_for
-    from provision.render.ansible import render_ansible
+    from provision.fleet import apply_groups, check_hosts, verify_line
     from provision.report import plan_text
-    from provision.runners.ansible import run_playbook
 
-    result = plan_for(profile, os_override=os_override)
-    for line in plan_text(result):
-        out.print(line, markup=False)
-    if sandbox:
-        from provision.apply import sandbox_release
-
-        sandbox_release(result)  # refuse an OS the sandbox cannot run before asking anything
-    where = f"sandbox container {sandbox}" if sandbox else f"the hosts in {inventory}"
+    groups, inv, key = _targets(profile, inventory, sandbox, os_override, limit, failed)
+    if not groups:
+        out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
+        return
+    for group in groups:
+        if len(groups) > 1:
+            out.print(f"== {group.profile}" + (f" --os {group.os}" if group.os else "") + f": {', '.join(group.hosts)}",
+                      markup=False)
+        for line in plan_text(group.plan):
+            out.print(line, markup=False)
+    all_hosts = [h for g in groups for h in g.hosts]
+    where = f"sandbox container {sandbox}" if sandbox else f"{len(all_hosts)} host(s) in {inventory}: {', '.join(all_hosts)}"
     if not yes and not check:
         if not sys.stdin.isatty():
             raise UsageError(f"apply changes {where}; not a terminal, so pass --yes to confirm (nothing was changed)")
-        if not typer.confirm(f"apply this plan to {where}?", default=False):
+        if not typer.confirm(f"apply to {where}?", default=False):
             raise UsageError("not confirmed; nothing was changed")
-    hosts = resolve_hosts(result, inventory, sandbox, start=True)
+    if sandbox:
+        resolve_hosts(groups[0].plan, None, sandbox, start=True)
     styles = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red", "skipped": "dim"}
 
     def on_task(host: str, task: str, state: str, msg: str) -> None:
@@ -303,52 +382,110 @@ def apply(
         text = f"{host}  {state:<11} {task}" + (f": {msg}" if msg else "")
         err.print(text, style=styles.get(state), markup=False, highlight=False)
 
-    with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
-        files = render_ansible(result, tmp, inventory=hosts.inventory, skip_frameworks=skip_frameworks)
-        with err.status("starting ansible-playbook") as status:
-            run = run_playbook(tmp, files["inventory"], limit=limit, check=check, diff=diff, tags=tags, on_task=on_task,
-                               on_start=lambda task: status.update(f"running: {task}"))
-        summaries = [] if check else host_summaries(result, Path(tmp) / "reports", list(run.hosts), sandbox=sandbox)
+    with err.status("starting ansible-playbook") as status:
+        fleet = apply_groups(groups, inv, key, check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks,
+                             on_task=on_task, on_start=lambda task: status.update(f"running: {task}"))
     from rich.table import Table
 
-    table = Table("host", "ok", "changed", "failed", "unreachable", "skipped", box=None)
-    for host, s in sorted(run.hosts.items()):
-        table.add_row(host, str(s.ok), str(s.changed), str(s.failed), str(s.unreachable), str(s.skipped))
+    table = Table("host", "profile", "result", "changed", "failed step / verification", box=None)
+    for host, r in sorted(fleet.hosts.items()):
+        detail = f"{r.step}: {r.message}" if r.result != "ok" else ("" if check else verify_line(r.verify))
+        table.add_row(host, r.profile, r.result, str(r.changed), detail)
     out.print(table)
-    out.print(f"{run.status} in {run.seconds:.0f}s, changed={run.changed}", markup=False)
-    if skip_frameworks and result.frameworks:
-        out.print("frameworks skipped (--skip-frameworks): " + ", ".join(r for f in result.frameworks for r in f.requirements),
-                  markup=False)
-    for line in summaries:
-        out.print(line, markup=False)
-    for line in run.failures:
-        err.print(f"failed: {line}", markup=False, style="red")
-    if run.exit_code != 0:
-        raise typer.Exit(run.exit_code)
-    if no_check or check:
+    counts = {res: sum(1 for r in fleet.hosts.values() if r.result == res) for res in
+              ("ok", "failed", "unreachable", "not run")}
+    out.print(f"{fleet.status} in {fleet.seconds:.0f}s, changed={fleet.changed}; "
+              + ", ".join(f"{n} {res}" for res, n in counts.items() if n), markup=False)
+    if skip_frameworks and any(g.plan.frameworks for g in groups):
+        out.print("frameworks skipped (--skip-frameworks)", markup=False)
+    if not check:
+        for group in groups:
+            ok = [h for h in group.hosts if fleet.hosts[h].result == "ok"]
+            for line in host_summaries(group.plan, fleet.hosts, ok, sandbox=sandbox):
+                out.print(line, markup=False)
+    if fleet.exit_code != 0:
+        if inventory:
+            err.print(f"retry the hosts that did not succeed: provision apply ... -i {inventory} --failed", markup=False)
+        raise typer.Exit(fleet.exit_code)
+    if no_check or check or tags:
+        if tags and not (no_check or check):
+            out.print("check skipped: --tags applied part of the plan", markup=False)
         return
-    code = run_check(result, hosts, skip_frameworks=skip_frameworks, echo=lambda s: out.print(s, markup=False))
-    if code != 0:
-        raise RunFailed("provision check failed after apply (see the failed checks above)") if code == 1 else typer.Exit(code)
+    codes = check_hosts(groups, inv, all_hosts, skip_frameworks=skip_frameworks,
+                        echo=lambda s: out.print(s, markup=False))
+    if any(c == 3 for c in codes.values()):
+        raise typer.Exit(3)
+    if any(codes.values()):
+        bad = ", ".join(h for h, c in sorted(codes.items()) if c)
+        raise RunFailed(f"provision check failed after apply on {bad} (see the failed checks above)")
 
 
 @app.command(name="check")
 @handle_errors
-def check_hosts(
-    profile: ProfileArg,
+def check_hosts_cmd(
+    profile: OptProfileArg = None,
     inventory: InventoryOpt = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
     os_override: OsOpt = None,
     sandbox: SandboxOpt = None,
     skip_frameworks: SkipFrameworksOpt = False,
 ) -> None:
-    """Check hosts against the plan with testinfra: packages, environment, Jupyter (exit 0 green, 1 red, 3 cannot run)."""
-    from provision.apply import resolve_hosts, run_check
-    from provision.pipeline import plan_for
+    """Check hosts against their plans with testinfra: packages, environment, Jupyter (exit 0 green, 1 red, 3 cannot run)."""
+    from provision.apply import resolve_hosts
+    from provision.fleet import check_hosts
 
-    result = plan_for(profile, os_override=os_override)
-    hosts = resolve_hosts(result, inventory, sandbox, start=False)
-    code = run_check(result, hosts, skip_frameworks=skip_frameworks, echo=lambda s: out.print(s, markup=False))
-    raise typer.Exit(code)
+    groups, inv, _ = _targets(profile, inventory, sandbox, os_override, limit, False)
+    if sandbox:
+        resolve_hosts(groups[0].plan, None, sandbox, start=False)
+    codes = check_hosts(groups, inv, [h for g in groups for h in g.hosts], skip_frameworks=skip_frameworks,
+                        echo=lambda s: out.print(s, markup=False))
+    raise typer.Exit(3 if 3 in codes.values() else (1 if any(codes.values()) else 0))
+
+# --- throwaway hosts (provision.sandbox) -------------------------------------------------------------------------
+sandbox_app = typer.Typer(help="Throwaway Debian containers to apply to: one host, or a fleet with an inventory.",
+                          no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+
+
+@sandbox_app.command("up")
+@handle_errors
+def sandbox_up(
+    names: Annotated[list[str], typer.Argument(help="Container names, one host each.", show_default=False)],
+    os_name: Annotated[str, typer.Option("--os", help="debian-12 or debian-13.")] = "debian-13",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write an inventory of these hosts here.")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="Set provision_profile for these hosts.")] = None,
+) -> None:
+    """Start Debian containers (bridge network, shared package caches) and write an inventory for them."""
+    from provision.errors import UsageError
+    from provision.render.ansible import _dump, sandbox_inventory
+    from provision.sandbox import DEBIAN_CODENAMES, start_fleet
+
+    release = os_name.removeprefix("debian-")
+    if release not in DEBIAN_CODENAMES:
+        raise UsageError(f"--os {os_name}: sandboxes run " + ", ".join(f"debian-{r}" for r in DEBIAN_CODENAMES))
+    for name in names:
+        if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise UsageError(f"sandbox name '{name}': use letters, digits, '-', '_' and '.' only")
+    with err.status(f"starting {len(names)} sandbox(es)"):
+        start_fleet(names, release)
+    hostvars = {n: {"provision_os": os_name, **({"provision_profile": profile} if profile else {})} for n in names}
+    if output:
+        _dump(sandbox_inventory(*names, hostvars=hostvars), output)
+        out.print(f"wrote {output}: provision apply {'' if profile else 'PROFILE '}-i {output}", markup=False)
+    for name in names:
+        out.print(f"{name}: running ({os_name})", markup=False)
+
+
+@sandbox_app.command("down")
+@handle_errors
+def sandbox_down(names: Annotated[list[str], typer.Argument(help="Container names.", show_default=False)]) -> None:
+    """Remove sandbox containers (the shared package caches stay)."""
+    from provision.sandbox import remove
+
+    for name in names:
+        remove(name)
+        out.print(f"{name}: removed", markup=False)
+
 
 # --- docker image (provision.render.docker, provision.runners.docker) -------------------------------------------
 # BUILD-COMMANDS

@@ -176,14 +176,16 @@ def cache_mounts(release: str) -> list[str]:
     return ["-v", f"{apt}:/var/cache/apt/archives", "-v", f"{pip}:/var/cache/provision/pip"]
 
 
-def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None) -> Sandbox:
-    """Start a systemd container from the base image (built if missing), with shared caches and host networking.
+def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None,
+          network: str = "host") -> Sandbox:
+    """Start a systemd container from the base image (built if missing), with shared caches.
 
-    Host networking: the bridge network cannot resolve the package registries on every machine this runs on,
-    and the container must reach Debian's archive and PyPI exactly as the controller does.
+    Host networking by default: the bridge network cannot resolve the package registries on every machine this
+    runs on, and the container must reach Debian's archive and PyPI exactly as the controller does. A fleet of
+    sandboxes uses network="bridge": each host then has its own ports (every one runs Jupyter on the same port).
     """
     tag = ensure_base_image(release)
-    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    remove(name)  # a stale sandbox of this name; refuses to touch a container provision did not start
     cmd = [
         "docker",
         "run",
@@ -193,7 +195,7 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
         "--label",
         f"{LABEL}=1",
         "--network",
-        "host",
+        network,
         # systemd as PID 1 needs CAP_SYS_ADMIN and the cgroup tree; --privileged is refused by nested engines.
         "--cap-add",
         "SYS_ADMIN",
@@ -217,7 +219,16 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
     # The image's package lists are as old as the image (and debootstrap fetched main only): refresh them, as a
     # host that is about to be provisioned would have.
     _run(["docker", "exec", name, "apt-get", "update", "-qq"], f"sandbox {name}: apt-get update")
+    # pip runs as the plan's non-root account: give it a writable directory in the shared pip cache.
+    _run(["docker", "exec", name, "install", "-d", "-m", "1777", "/var/cache/provision/pip/users"],
+         f"sandbox {name}: pip cache directory")
     return Sandbox(name=name, release=release)
+
+
+def start_fleet(names: list[str], release: str, *, network: str = "bridge") -> list[Sandbox]:
+    """Start several sandboxes (one at a time: each start is a short burst of systemd and apt work)."""
+    ensure_base_image(release)
+    return [start(name, release, hostname=name, network=network) for name in names]
 
 
 def wait_ready(name: str, timeout: float = 60) -> None:
@@ -235,4 +246,11 @@ def wait_ready(name: str, timeout: float = 60) -> None:
 
 
 def remove(name: str) -> None:
+    """Remove a container, only if provision started it (it carries the sandbox label)."""
+    proc = subprocess.run(["docker", "inspect", "-f", f'{{{{index .Config.Labels "{LABEL}"}}}}', name],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return  # no such container
+    if proc.stdout.strip() != "1":
+        raise RunnerError(f"container {name} was not started by provision (no {LABEL} label); not removing it")
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)

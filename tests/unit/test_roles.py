@@ -13,6 +13,8 @@ from ruamel.yaml import YAML
 REPO = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO / "roles"
 ROLES = ["nvidia_driver", "cuda", "cudnn", "python_env", "jupyter"]
+# Every role shipped, including those without per-OS variables (gpu_verify, host_record).
+ALL_ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "tasks" / "main.yml").is_file())
 OS_VARS = ["Debian-12", "Debian-13", "Ubuntu-22", "Ubuntu-24"]
 BIN = Path(sys.executable).parent
 
@@ -25,7 +27,13 @@ def spec_options(role: str) -> dict:
     return load(ROLES_DIR / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
 
 
-@pytest.mark.parametrize("role", ROLES)
+def test_every_role_is_in_the_playbook() -> None:
+    from provision.render.ansible import ROLES as PLAYBOOK_ROLES
+
+    assert sorted(PLAYBOOK_ROLES) == ALL_ROLES
+
+
+@pytest.mark.parametrize("role", ALL_ROLES)
 def test_spec_defaults_equal_defaults_file(role: str) -> None:
     defaults = load(ROLES_DIR / role / "defaults" / "main.yml")
     options = spec_options(role)
@@ -39,7 +47,7 @@ def test_spec_defaults_equal_defaults_file(role: str) -> None:
         assert option.get("description"), f"{role}: {name} has no description"
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", ALL_ROLES)
 def test_variables_carry_the_role_prefix(role: str) -> None:
     for name in load(ROLES_DIR / role / "defaults" / "main.yml"):
         assert name.startswith(f"{role}_"), name
