@@ -167,6 +167,8 @@ def _diff_against(result: Any, host: str, as_json: bool) -> None:
     else:
         out.print(f"{host}: applied {record.get('applied_at')} from {record.get('profile')} "
                   f"(plan {record.get('digest')})", markup=False)
+        if record.get("tags"):
+            out.print(f"note: the last apply ran only --tags {record['tags']}", markup=False)
         for line in lines or ["no differences: the host has what this plan decides"]:
             out.print(line, markup=False)
     if lines:
@@ -382,9 +384,13 @@ def apply(
         text = f"{host}  {state:<11} {task}" + (f": {msg}" if msg else "")
         err.print(text, style=styles.get(state), markup=False, highlight=False)
 
+    from provision.fleet import inventory_hostvars
+
+    sandboxes = [sandbox] if sandbox else [h for h, v in inventory_hostvars(inv).items() if v.get("provision_sandbox")]
     with err.status("starting ansible-playbook") as status:
         fleet = apply_groups(groups, inv, key, check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks,
-                             on_task=on_task, on_start=lambda task: status.update(f"running: {task}"))
+                             on_task=on_task, on_start=lambda task: status.update(f"running: {task}"),
+                             sandboxes=sandboxes)
     from rich.table import Table
 
     table = Table("host", "profile", "result", "changed", "failed step / verification", box=None)

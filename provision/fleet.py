@@ -210,6 +210,7 @@ def apply_groups(
     on_task: Callable[[str, str, str, str], None] | None = None,
     on_start: Callable[[str], None] | None = None,
     keep_dir: Path | None = None,
+    sandboxes: list[str] | None = None,
 ) -> FleetResult:
     """Render one playbook for every group and run it once. Records what each host got on the controller."""
     import tempfile
@@ -220,6 +221,12 @@ def apply_groups(
 
     targets = {h: g for g in groups for h in g.hosts}
     fleet = FleetResult(groups=groups)
+    if sandboxes:  # sandbox hosts share the controller's wheelhouse: fill it once for every plan
+        from provision.sandbox import fill_wheelhouse
+
+        for group in groups:
+            if set(group.hosts) & set(sandboxes):
+                fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=on_start)
     single = len(groups) == 1
     with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
         work = keep_dir or Path(tmp)

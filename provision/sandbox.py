@@ -173,7 +173,67 @@ def cache_mounts(release: str) -> list[str]:
     (apt / "partial").mkdir(parents=True, exist_ok=True)
     pip = cache_root() / "pip"
     pip.mkdir(parents=True, exist_ok=True)
-    return ["-v", f"{apt}:/var/cache/apt/archives", "-v", f"{pip}:/var/cache/provision/pip"]
+    wheels = wheelhouse_dir()
+    return ["-v", f"{apt}:/var/cache/apt/archives", "-v", f"{pip}:/var/cache/provision/pip",
+            "-v", f"{wheels}:{WHEELHOUSE_MOUNT}:ro"]
+
+
+WHEELHOUSE_MOUNT = "/var/cache/provision/wheels"
+# manylinux tags the planned wheels use (NumPy, NVIDIA's CUDA/cuDNN wheels, Jupyter's compiled dependencies).
+_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64",
+              "manylinux_2_34_x86_64", "linux_x86_64")
+
+
+def wheelhouse_dir() -> Path:
+    path = cache_root() / "wheels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def plan_requirements(plan, *, skip_frameworks: bool = False) -> list[str]:
+    """Every pip requirement the roles install for this plan from the default index."""
+    reqs = [plan.verify.numpy_requirement, *plan.verify.nvrtc_requirements, *plan.verify.cuda_python_requirements]
+    if plan.cuda.source == "pypi" and plan.cuda.install:
+        reqs += plan.cuda.packages
+    if plan.cudnn.source == "pypi" and plan.cudnn.install:
+        reqs += plan.cudnn.packages
+    if plan.jupyter.enabled:
+        reqs += plan.jupyter.requirements
+    if not skip_frameworks:
+        reqs += [r for f in plan.frameworks if not f.index_url for r in f.requirements]
+    return sorted(set(reqs))
+
+
+def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
+    """Download the plan's wheels (and their dependencies) once, on the controller, into the wheelhouse every
+    sandbox mounts read-only; pip in the sandboxes finds them there (PIP_FIND_LINKS) before the index.
+
+    pip's own HTTP cache cannot be shared here: the package proxy on the machines this is built on marks its
+    responses uncacheable, so every host would download every wheel again. Returns False (and the hosts simply
+    download from the index) when pip could not fetch everything, e.g. offline.
+    """
+    import hashlib
+    import sys
+
+    reqs = plan_requirements(plan, skip_frameworks=skip_frameworks)
+    wheels = wheelhouse_dir()
+    key = hashlib.sha256("\n".join([plan.python.version, *reqs]).encode()).hexdigest()[:16]
+    stamp = wheels / f".complete-{key}"
+    if stamp.exists():
+        return True
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", str(wheels),
+           "--only-binary", ":all:", "--python-version", plan.python.version, "--implementation", "cp",
+           *[arg for tag in _PLATFORMS for arg in ("--platform", tag)], *reqs]
+    if log:
+        log(f"wheelhouse: downloading {len(reqs)} requirement(s) for Python {plan.python.version} into {wheels}")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        if log:
+            log("wheelhouse: incomplete, hosts download from the index: "
+                + " | ".join(proc.stderr.strip().splitlines()[-2:]))
+        return False
+    stamp.write_text("\n".join(reqs) + "\n")
+    return True
 
 
 def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None,

@@ -212,7 +212,9 @@ def sandbox_inventory(*names: str, hostvars: dict[str, dict[str, Any]] | None = 
         # `docker` (routed to community.docker.docker): the short name is the one Mitogen accelerates.
         "ansible_connection": "docker",
         "ansible_python_interpreter": "/usr/bin/python3",
-        # The sandbox mounts the controller's pip cache here; pip runs as the non-root account.
-        "provision_environment": {"PIP_CACHE_DIR": "/var/cache/provision/pip/users"},
+        # The sandbox mounts the controller's pip cache and wheelhouse (provision.sandbox.fill_wheelhouse) here.
+        "provision_environment": {"PIP_CACHE_DIR": "/var/cache/provision/pip/users",
+                                  "PIP_FIND_LINKS": "/var/cache/provision/wheels"},
+        "provision_sandbox": True,
         **(hostvars or {}).get(name, {}),
     } for name in names}}}

@@ -1,0 +1,121 @@
+"""Fleet benchmarks on container hosts: scaling (1, 4, 8 hosts from bare), Ansible strategies on a converged
+re-apply, and the re-apply itself (wall time, changed count).
+
+Every host is a fresh `provision sandbox` container (Debian, bridge network) sharing the controller's apt cache and
+wheelhouse, which the run warms first (one untimed apply), so the figures measure provisioning, not downloads.
+The plan is the DeskMini's on Debian 13 without frameworks (their index is unreachable here): driver user space,
+CUDA and cuDNN wheels, Jupyter, the verifier.
+
+Targets (issue 6): t(8)/t(1) <= 2.5 on this 2-core machine; re-apply: zero changes, under 15 s per host.
+Writes docs/bench/fleet.json and prints the figures.
+
+    python bench/fleet.py [--sizes 1,4,8] [--strategies mitogen_linear,mitogen_free,linear,free]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "profiles/deskmini.yaml"
+OS = "debian-13"
+
+
+def sh(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        sys.exit(f"{' '.join(args[:6])}... failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def provision(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return sh(sys.executable, "-m", "provision", *args, env=env, check=check)
+
+
+def fleet(n: int, tmp: Path) -> tuple[list[str], Path]:
+    names = [f"pv-bench-{i}" for i in range(1, n + 1)]
+    inv = tmp / f"fleet-{n}.yml"
+    provision("sandbox", "down", *[f"pv-bench-{i}" for i in range(1, 9)])
+    provision("sandbox", "up", *names, "--os", OS, "-o", str(inv))
+    return names, inv
+
+
+def timed_apply(inv: Path, env: dict, *extra: str) -> dict:
+    start = time.perf_counter()
+    proc = provision("apply", PROFILE, "-i", str(inv), "--yes", "--skip-frameworks", "--no-check", *extra,
+                     env=env, check=False)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"apply failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    changed = int(re.search(r"changed=(\d+)", proc.stdout).group(1))
+    return {"wall_s": round(wall, 1), "changed": changed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1,4,8")
+    parser.add_argument("--strategies", default="mitogen_linear,mitogen_free,linear,free")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / "provision-bench-fleet"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
+
+    # Warm the shared caches (apt archives, wheelhouse) with one untimed apply.
+    _, inv = fleet(1, tmp)
+    timed_apply(inv, env)
+
+    scaling = []
+    for n in sizes:
+        names, inv = fleet(n, tmp)
+        first = timed_apply(inv, env)
+        print(f"apply from bare, {n} host(s): {first['wall_s']} s, changed={first['changed']}", flush=True)
+        scaling.append({"hosts": n, **first})
+    t1 = next(r["wall_s"] for r in scaling if r["hosts"] == 1)
+    for r in scaling:
+        r["ratio_to_1"] = round(r["wall_s"] / t1, 2)
+
+    # The largest fleet is now converged: re-apply it under each strategy.
+    n = max(sizes)
+    strategies = []
+    for strategy in args.strategies.split(","):
+        run = timed_apply(inv, env | {"PROVISION_ANSIBLE_STRATEGY": strategy})
+        run.update(strategy=strategy, hosts=n, per_host_s=round(run["wall_s"] / n, 1))
+        print(f"re-apply {n} hosts, {strategy}: {run['wall_s']} s ({run['per_host_s']} s/host), "
+              f"changed={run['changed']}", flush=True)
+        strategies.append(run)
+    # One converged host alone, with the default strategy.
+    single_names, single_inv = names[:1], tmp / "single.yml"
+    from provision.render.ansible import _dump, sandbox_inventory
+
+    _dump(sandbox_inventory(*single_names), single_inv)
+    single = timed_apply(single_inv, env)
+    print(f"re-apply 1 host: {single['wall_s']} s, changed={single['changed']}", flush=True)
+    provision("sandbox", "down", *names)
+
+    result = {
+        "date": dt.date.today().isoformat(),
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
+        "profile": f"{PROFILE} --os {OS} --skip-frameworks",
+        "scaling": scaling,
+        "ratio_8_to_1": next((r["ratio_to_1"] for r in scaling if r["hosts"] == 8), None),
+        "reapply_strategies": strategies,
+        "reapply_single_host": single,
+        "targets": {"ratio_8_to_1_max": 2.5, "reapply_changed": 0, "reapply_per_host_s_max": 15},
+    }
+    out = ROOT / "docs" / "bench" / "fleet.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
