@@ -409,6 +409,9 @@ def apply(
             ok = [h for h in group.hosts if fleet.hosts[h].result == "ok"]
             for line in host_summaries(group.plan, fleet.hosts, ok, sandbox=sandbox):
                 out.print(line, markup=False)
+    for host, r in sorted(fleet.hosts.items()):
+        if r.result != "ok":
+            err.print(f"failed: {host}: {r.step or r.result}: {r.message}", markup=False, style="red")
     if fleet.exit_code != 0:
         if inventory:
             err.print(f"retry the hosts that did not succeed: provision apply ... -i {inventory} --failed", markup=False)

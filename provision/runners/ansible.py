@@ -70,6 +70,8 @@ _CAUSES = (
     ("Could not resolve", "the host cannot resolve a package source's name"),
     ("Failed to fetch", "a package source is unreachable from the host"),
     ("Failed to update apt cache", "apt could not read its package sources"),
+    ("(from versions: none)", "the package index the host uses listed no versions at all (unreachable, or a wrong "
+                              "index URL)"),
     ("No matching distribution found", "a planned version is not on the package index the host uses"),
     ("Could not get lock", "another process holds the apt/dpkg lock"),
 )
@@ -77,6 +79,9 @@ _CAUSES = (
 
 def failure_message(res: dict[str, Any]) -> str:
     """One line for a failed task: the cause when the output shows a known one, then the module's own words."""
+    items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if items:  # a loop: the first failed item says what went wrong
+        return failure_message(items[0])
     text = " ".join(str(res.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr", "reason"))
     own = _one_line(res.get("msg") or res.get("stderr") or res.get("module_stderr") or res.get("reason") or "")
     for needle, cause in _CAUSES:
@@ -159,6 +164,16 @@ def run_playbook(
                 on_task(host, task, state, msg)
         return False  # do not keep the event files: they hold every task's full result
 
+    # Ctrl-C: let ansible-runner stop ansible-playbook (it runs in its own terminal session, which a terminal's
+    # SIGINT does not reach), then raise KeyboardInterrupt here, once the run has ended.
+    import signal
+    import threading
+
+    interrupted = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="provision-runner-") as private:
         try:
@@ -180,10 +195,16 @@ def run_playbook(
                          "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                          **strategy_env()},
                 event_handler=handler,
+                cancel_callback=interrupted.is_set,
                 quiet=True,
             )
         except Exception as exc:  # ansible-runner raises plain exceptions for a bad setup
             raise RunnerError(f"ansible-runner could not start the playbook: {_one_line(exc)}") from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        if interrupted.is_set():
+            raise KeyboardInterrupt
         stats = final or runner.stats or {}
         if not stats and runner.rc != 0:
             tail = [ln for ln in runner.stdout.read().splitlines() if ln.strip()][-3:]

