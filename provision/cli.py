@@ -413,6 +413,10 @@ def apply(
         if r.result != "ok":
             err.print(f"failed: {host}: {r.step or r.result}: {r.message}", markup=False, style="red")
     if fleet.exit_code != 0:
+        if check:
+            err.print("note: --check installs nothing, so on a host that is not yet provisioned a step that needs an "
+                      "earlier install (a package, the environment) fails; a dry run answers 'what would change' "
+                      "on provisioned hosts", markup=False)
         if inventory:
             err.print(f"retry the hosts that did not succeed: provision apply ... -i {inventory} --failed", markup=False)
         raise typer.Exit(fleet.exit_code)

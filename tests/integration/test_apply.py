@@ -64,3 +64,26 @@ def test_second_apply_changes_nothing(first_apply):
     proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _changed(proc.stdout) == 0, proc.stderr[-3000:]
+
+
+def test_check_mode_on_a_converged_host_reports_no_change_and_records_nothing(first_apply, tmp_path):
+    import os
+
+    state = tmp_path / "state"
+    proc = subprocess.run([sys.executable, "-m", "provision", "apply", PROFILE, *COMMON, "--check", "--diff"],
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT, stdin=subprocess.DEVNULL,
+                          env=os.environ | {"PROVISION_STATE": str(state)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _changed(proc.stdout) == 0
+    assert not state.exists(), "a dry run must not write records"
+
+
+def test_the_host_carries_the_record_of_what_was_applied(first_apply):
+    import json
+
+    proc = subprocess.run(["docker", "exec", NAME, "cat", "/var/lib/provision/applied.json"], capture_output=True,
+                          text=True)
+    record = json.loads(proc.stdout)
+    assert record["profile"] == "deskmini" and record["os"] == "debian-13"
+    assert record["packages"]["nvidia-smi"].startswith("550.")
+    assert record["wheels"]["nvidia-cudnn-cu12"] == "9.10.2.21"
