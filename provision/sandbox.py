@@ -237,13 +237,14 @@ def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
 
 
 def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None,
-          network: str = "host") -> Sandbox:
+          network: str | None = None) -> Sandbox:
     """Start a systemd container from the base image (built if missing), with shared caches.
 
-    Host networking by default: the bridge network cannot resolve the package registries on every machine this
-    runs on, and the container must reach Debian's archive and PyPI exactly as the controller does. A fleet of
-    sandboxes uses network="bridge": each host then has its own ports (every one runs Jupyter on the same port).
+    Docker's bridge network by default: every sandbox has its own ports (each runs Jupyter on the plan's port, and
+    two sandboxes on the host's network would fight over it). Where the bridge cannot resolve the package
+    registries, PROVISION_SANDBOX_NETWORK=host puts sandboxes on the host's network (one at a time, then).
     """
+    network = network or os.environ.get("PROVISION_SANDBOX_NETWORK", "bridge")
     tag = ensure_base_image(release)
     remove(name)  # a stale sandbox of this name; refuses to touch a container provision did not start
     cmd = [
@@ -285,7 +286,7 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
     return Sandbox(name=name, release=release)
 
 
-def start_fleet(names: list[str], release: str, *, network: str = "bridge") -> list[Sandbox]:
+def start_fleet(names: list[str], release: str, *, network: str | None = None) -> list[Sandbox]:
     """Start several sandboxes (one at a time: each start is a short burst of systemd and apt work)."""
     ensure_base_image(release)
     return [start(name, release, hostname=name, network=network) for name in names]
