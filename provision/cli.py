@@ -384,9 +384,7 @@ def apply(
         text = f"{host}  {state:<11} {task}" + (f": {msg}" if msg else "")
         err.print(text, style=styles.get(state), markup=False, highlight=False)
 
-    from provision.fleet import inventory_hostvars
-
-    sandboxes = [sandbox] if sandbox else [h for h, v in inventory_hostvars(inv).items() if v.get("provision_sandbox")]
+    sandboxes = [sandbox] if sandbox else [h for g in groups for h in g.hosts if g.hostvars.get(h, {}).get("provision_sandbox")]
     with err.status("starting ansible-playbook") as status:
         fleet = apply_groups(groups, inv, key, check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks,
                              on_task=on_task, on_start=lambda task: status.update(f"running: {task}"),

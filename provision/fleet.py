@@ -37,6 +37,7 @@ class Group:
     profile: str  # as the user wrote it (inventory variable or command line)
     os: str | None
     hosts: list[str]
+    hostvars: dict[str, dict[str, Any]] = field(default_factory=dict)  # as the inventory gives them
 
 
 @dataclass
@@ -189,7 +190,8 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
             if hasattr(exc, "where") and len(keyed) > 1:  # IncompatibleError: say which hosts it concerns
                 exc.where = f"{exc.where or label} (hosts {', '.join(hosts)})"
             raise
-        groups.append(Group(plan=plan, profile=label, os=host_os, hosts=hosts))
+        groups.append(Group(plan=plan, profile=label, os=host_os, hosts=hosts,
+                            hostvars={h: hostvars[h] for h in hosts}))
     return groups
 
 

@@ -145,7 +145,8 @@ def check_cuda_runtime(expect: Expect) -> Check:
     if rc == 0:
         ver = format_cuda_version(v.value)
     else:
-        # CUDA 11's runtime answers cudaErrorInsufficientDriver (35) when no driver is loaded (CUDA 12 answers):
+        # CUDA 11's runtime answers cudaErrorInsufficientDriver (35) without a driver and cudaErrorNoDevice (100)
+        # with a driver but no GPU (CUDA 12 answers both ways):
         # read the version of the package that installed the library instead.
         ver = _runtime_version_from_package()
         if ver is None:

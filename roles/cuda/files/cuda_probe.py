@@ -2,8 +2,9 @@
 
 Shipped with the cuda role and run by `ansible.builtin.script`. nvrtcVersion works without a GPU or driver, and so does
 cudaRuntimeGetVersion from CUDA 12 on. CUDA 11's runtime answers cudaErrorInsufficientDriver (35) when no driver
-is loaded; the library then still loaded, and its version is read from the package that installed it (the wheel's
-metadata, or dpkg). The report says which way the version was found.
+is loaded, and cudaErrorNoDevice (100) when the driver's user space is there but no GPU is (a container, or a host
+before its first reboot); the library then still loaded, and its version is read from the package that installed
+it (the wheel's metadata, or dpkg). The report says which way the version was found.
 
 Search order: the wheels in a virtual environment (--venv), then CUDA_HOME (--home), then the loader cache.
 Exit status 1 when no loadable libcudart is found (the JSON then says where it looked).
@@ -36,7 +37,8 @@ def candidates(pattern: str, venv: str, home: str) -> list[str]:
     return [p for p in found if not p.endswith(".a")]
 
 
-CUDA_ERROR_INSUFFICIENT_DRIVER = 35
+# Answers of CUDA 11's cudaRuntimeGetVersion that mean "loaded, but cannot ask the driver", and why.
+CUDA_NO_DRIVER_ANSWERS = {35: "no driver loaded", 100: "no GPU device"}
 
 
 def owner_version(path: str) -> str | None:
@@ -77,10 +79,10 @@ def load_version(paths: list[str], symbol: str, two_ints: bool) -> tuple[str | N
         except (OSError, AttributeError) as exc:
             errors.append(f"{path}: {exc}")
             continue
-        if rc == CUDA_ERROR_INSUFFICIENT_DRIVER and not two_ints:
+        if rc in CUDA_NO_DRIVER_ANSWERS and not two_ints:
             version = owner_version(path)
             if version:
-                return version, os.path.realpath(path), errors, "package metadata (no driver loaded)"
+                return version, os.path.realpath(path), errors, f"package metadata ({CUDA_NO_DRIVER_ANSWERS[rc]})"
         if rc != 0:
             errors.append(f"{path}: {symbol} returned {rc}")
             continue
