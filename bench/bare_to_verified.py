@@ -48,12 +48,14 @@ def main() -> None:
         apply(profile, os_name, env)  # warm the caches
         wall, proc = apply(profile, os_name, env)
         checks = re.search(r"(\d+) passed", proc.stdout)
-        verify = re.search(r"verify (\w+) \(([^)]*)\): (\d+) passed, (\d+) failed", proc.stdout)
+        record = json.loads((Path(env["PROVISION_STATE"]) / "hosts" / NAME / "applied.json").read_text())
+        report = record.get("verify") or {}
+        summary = report.get("summary", {})
         row = {"profile": profile, "os": os_name, "wall_s": round(wall, 1),
                "changed": int(re.search(r"changed=(\d+)", proc.stdout).group(1)),
                "checks_passed": int(checks.group(1)) if checks else None,
-               "verify": f"{verify.group(1)} {verify.group(2)}: {verify.group(3)} passed, {verify.group(4)} failed"
-               if verify else None}
+               "verify": f"{report.get('status')} ({report.get('mode')}): {summary.get('passed')} passed, "
+                         f"{summary.get('failed')} failed"}
         print(json.dumps(row), flush=True)
         rows.append(row)
     subprocess.run([sys.executable, "-m", "provision", "sandbox", "down", NAME], capture_output=True)
