@@ -51,17 +51,8 @@ def plan_differences(now: Plan, applied: dict[str, Any]) -> list[str]:
 
 def pinned_wheels(plan: Plan, *, frameworks: bool = True) -> dict[str, str]:
     """name -> version for every exact pip requirement the Plan installs into its environment."""
-    reqs = [plan.verify.numpy_requirement, *plan.verify.nvrtc_requirements, *plan.verify.cuda_python_requirements]
-    if plan.cuda.source == "pypi" and plan.cuda.install:
-        reqs += plan.cuda.packages
-    if plan.cudnn.source == "pypi" and plan.cudnn.install:
-        reqs += plan.cudnn.packages
-    if plan.jupyter.enabled:
-        reqs += plan.jupyter.requirements
-    if frameworks:
-        reqs += [r for f in plan.frameworks for r in f.requirements]
     pins: dict[str, str] = {}
-    for text in reqs:
+    for text in plan.pip_requirements(frameworks=frameworks):
         try:
             req = Requirement(text)
         except InvalidRequirement:

@@ -297,6 +297,20 @@ class Plan(_Frozen):
     reasons: tuple[Reason, ...]
     warnings: tuple[str, ...]
 
+    def pip_requirements(self, *, frameworks: bool = True, default_index_only: bool = False) -> list[str]:
+        """Every pip requirement the roles install into the environment (sorted, unique). default_index_only
+        leaves out framework wheels that come from their own index (PyTorch's cu126 index, say)."""
+        reqs = [self.verify.numpy_requirement, *self.verify.nvrtc_requirements, *self.verify.cuda_python_requirements]
+        if self.cuda.source == "pypi" and self.cuda.install:
+            reqs += self.cuda.packages
+        if self.cudnn.source == "pypi" and self.cudnn.install:
+            reqs += self.cudnn.packages
+        if self.jupyter.enabled:
+            reqs += self.jupyter.requirements
+        if frameworks:
+            reqs += [r for f in self.frameworks if not (default_index_only and f.index_url) for r in f.requirements]
+        return sorted(set(reqs))
+
     def framework(self, name: str) -> FrameworkPlan | None:
         return next((f for f in self.frameworks if f.name == name), None)
 

@@ -190,20 +190,6 @@ def wheelhouse_dir() -> Path:
     return path
 
 
-def plan_requirements(plan, *, skip_frameworks: bool = False) -> list[str]:
-    """Every pip requirement the roles install for this plan from the default index."""
-    reqs = [plan.verify.numpy_requirement, *plan.verify.nvrtc_requirements, *plan.verify.cuda_python_requirements]
-    if plan.cuda.source == "pypi" and plan.cuda.install:
-        reqs += plan.cuda.packages
-    if plan.cudnn.source == "pypi" and plan.cudnn.install:
-        reqs += plan.cudnn.packages
-    if plan.jupyter.enabled:
-        reqs += plan.jupyter.requirements
-    if not skip_frameworks:
-        reqs += [r for f in plan.frameworks if not f.index_url for r in f.requirements]
-    return sorted(set(reqs))
-
-
 def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
     """Download the plan's wheels (and their dependencies) once, on the controller, into the wheelhouse every
     sandbox mounts read-only; pip in the sandboxes finds them there (PIP_FIND_LINKS) before the index.
@@ -215,7 +201,7 @@ def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
     import hashlib
     import sys
 
-    reqs = plan_requirements(plan, skip_frameworks=skip_frameworks)
+    reqs = plan.pip_requirements(frameworks=not skip_frameworks, default_index_only=True)
     wheels = wheelhouse_dir()
     key = hashlib.sha256("\n".join([plan.python.version, *reqs]).encode()).hexdigest()[:16]
     stamp = wheels / f".complete-{key}"

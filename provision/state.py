@@ -52,15 +52,17 @@ def write_record(host: str, record: dict[str, Any]) -> Path:
     return path
 
 
-def read_record(host: str) -> dict[str, Any] | None:
-    path = record_path(host)
-    if not path.is_file():
-        return None
+def _read(path: Path, schema: str) -> dict[str, Any] | None:
+    """The JSON at path if it is a readable document of this schema, else None (a missing or foreign file)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if data.get("schema") == RECORD_SCHEMA else None
+    return data if isinstance(data, dict) and data.get("schema") == schema else None
+
+
+def read_record(host: str) -> dict[str, Any] | None:
+    return _read(record_path(host), RECORD_SCHEMA)
 
 
 def known_hosts() -> list[str]:
@@ -82,14 +84,7 @@ def write_run(inventory: str, results: dict[str, dict[str, Any]]) -> Path:
 
 
 def read_run(inventory: str) -> dict[str, Any] | None:
-    path = state_dir() / "runs" / f"{run_key(inventory)}.json"
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if data.get("schema") == RUN_SCHEMA else None
+    return _read(state_dir() / "runs" / f"{run_key(inventory)}.json", RUN_SCHEMA)
 
 
 def failed_hosts(inventory: str) -> list[str] | None:

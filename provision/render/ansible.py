@@ -208,13 +208,15 @@ def _header(path: Path, source: str) -> None:
 def sandbox_inventory(*names: str, hostvars: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Inventory for provision.sandbox containers, reached with `docker exec`; hostvars adds variables per host
     (provision_profile, provision_os for a fleet of different profiles)."""
+    from provision.sandbox import WHEELHOUSE_MOUNT
+
     return {"all": {"hosts": {name: {
         # `docker` (routed to community.docker.docker): the short name is the one Mitogen accelerates.
         "ansible_connection": "docker",
         "ansible_python_interpreter": "/usr/bin/python3",
         # The sandbox mounts the controller's pip cache and wheelhouse (provision.sandbox.fill_wheelhouse) here.
         "provision_environment": {"PIP_CACHE_DIR": "/var/cache/provision/pip/users",
-                                  "PIP_FIND_LINKS": "/var/cache/provision/wheels"},
+                                  "PIP_FIND_LINKS": WHEELHOUSE_MOUNT},
         "provision_sandbox": True,
         **(hostvars or {}).get(name, {}),
     } for name in names}}}
