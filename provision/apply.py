@@ -38,26 +38,17 @@ def sandbox_release(plan: Plan) -> str:
     return plan.target.release
 
 
-def resolve_hosts(plan: Plan, inventory: Path | None, sandbox: str | None, *, start: bool) -> Hosts:
-    if inventory and sandbox:
-        raise UsageError("give either --inventory or --sandbox, not both")
-    if sandbox:
-        from provision.render.ansible import sandbox_inventory
-        from provision.sandbox import start as start_sandbox
+def ensure_sandbox(plan: Plan, name: str, *, start: bool) -> None:
+    """Start the sandbox container `name` for this plan (apply), or require that it runs (check). Which hosts an
+    inventory holds is decided in provision.fleet; this only looks after the container."""
+    from provision.sandbox import start as start_sandbox
 
-        release = sandbox_release(plan)
-        if start and not _container_running(sandbox):
-            start_sandbox(sandbox, release)
-        elif not _container_running(sandbox):
-            raise UsageError(f"sandbox {sandbox} is not running; run `provision apply ... --sandbox {sandbox}` first")
-        return Hosts(inventory=sandbox_inventory(sandbox), sandbox=sandbox)
-    if inventory is None:
-        from provision.resources import share_dir
-
-        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
-    if not inventory.is_file():
-        raise UsageError(f"{inventory}: inventory file not found")
-    return Hosts(inventory=inventory.resolve())
+    release = sandbox_release(plan)
+    if _container_running(name):
+        return
+    if not start:
+        raise UsageError(f"sandbox {name} is not running; run `provision apply ... --sandbox {name}` first")
+    start_sandbox(name, release)
 
 
 def _container_running(name: str) -> bool:

@@ -352,7 +352,7 @@ def apply(
 
     Exit 0 every host ok, 1 a host failed (or its check), 3 a host was unreachable, 130 interrupted.
     """
-    from provision.apply import host_summaries, resolve_hosts
+    from provision.apply import ensure_sandbox, host_summaries
     from provision.errors import RunFailed, UsageError
     from provision.fleet import apply_groups, check_hosts, verify_line
     from provision.report import plan_text
@@ -375,7 +375,7 @@ def apply(
         if not typer.confirm(f"apply to {where}?", default=False):
             raise UsageError("not confirmed; nothing was changed")
     if sandbox:
-        resolve_hosts(groups[0].plan, None, sandbox, start=True)
+        ensure_sandbox(groups[0].plan, sandbox, start=True)
     styles = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red", "skipped": "dim"}
 
     def on_task(host: str, task: str, state: str, msg: str) -> None:
@@ -442,12 +442,12 @@ def check_hosts_cmd(
     skip_frameworks: SkipFrameworksOpt = False,
 ) -> None:
     """Check hosts against their plans with testinfra: packages, environment, Jupyter (exit 0 green, 1 red, 3 cannot run)."""
-    from provision.apply import resolve_hosts
+    from provision.apply import ensure_sandbox
     from provision.fleet import check_hosts
 
     groups, inv, _ = _targets(profile, inventory, sandbox, os_override, limit, False)
     if sandbox:
-        resolve_hosts(groups[0].plan, None, sandbox, start=False)
+        ensure_sandbox(groups[0].plan, sandbox, start=False)
     codes = check_hosts(groups, inv, [h for g in groups for h in g.hosts], skip_frameworks=skip_frameworks,
                         echo=lambda s: out.print(s, markup=False))
     raise typer.Exit(3 if 3 in codes.values() else (1 if any(codes.values()) else 0))

@@ -110,7 +110,10 @@ def inventory_hostvars(inventory: Path | dict[str, Any], limit: str | None = Non
     if proc.returncode != 0:
         tail = " | ".join(line.strip() for line in proc.stderr.strip().splitlines()[-3:])
         raise UsageError(f"{inventory}: ansible-inventory could not read it: {tail}")
-    data = json.loads(proc.stdout or "{}")
+    try:
+        data = json.loads(proc.stdout or "{}")
+    except ValueError:
+        raise RunnerError(f"{inventory}: ansible-inventory printed something that is not JSON") from None
     hostvars = data.get("_meta", {}).get("hostvars", {})
     names: set[str] = set()
 
