@@ -347,6 +347,8 @@ def apply(
     sandbox: SandboxOpt = None,
     skip_frameworks: SkipFrameworksOpt = False,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip `provision check` after the run.")] = False,
+    timings: Annotated[bool, typer.Option("--timings", help="Also list the slowest steps (seconds summed over "
+                                          "hosts).")] = False,
 ) -> None:
     """Provision hosts (or a sandbox container) to their plans with Ansible, then check them.
 
@@ -402,6 +404,11 @@ def apply(
               + ", ".join(f"{n} {res}" for res, n in counts.items() if n), markup=False)
     if skip_frameworks and any(g.plan.frameworks for g in groups):
         out.print("frameworks skipped (--skip-frameworks)", markup=False)
+    if timings:
+        slowest = sorted(fleet.task_seconds.items(), key=lambda kv: -kv[1])[:12]
+        out.print(f"slowest steps ({sum(fleet.task_seconds.values()):.1f} s of steps in all):", markup=False)
+        for task, seconds in slowest:
+            out.print(f"  {seconds:7.2f} s  {task}", markup=False)
     if not check:
         for group in groups:
             ok = [h for h in group.hosts if fleet.hosts[h].result == "ok"]

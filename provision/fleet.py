@@ -61,6 +61,7 @@ class FleetResult:
     hosts: dict[str, HostResult] = field(default_factory=dict)
     seconds: float = 0.0
     status: str = ""
+    task_seconds: dict[str, float] = field(default_factory=dict)  # per task, summed over hosts
 
     @property
     def exit_code(self) -> int:
@@ -247,7 +248,7 @@ def apply_groups(
                                                               message="the apply was interrupted").to_state()
                                                 for h in targets})
             raise
-        fleet.seconds, fleet.status = time.monotonic() - started, run.status
+        fleet.seconds, fleet.status, fleet.task_seconds = time.monotonic() - started, run.status, run.task_seconds
         reports = work / "reports"
         for host, group in targets.items():
             stats = run.hosts.get(host)

@@ -240,6 +240,9 @@ class PythonPlan(_Frozen):
     interpreter: str  # /usr/bin/python3
     packages: tuple[str, ...]  # apt packages needed to make a venv
     venv: str  # path of the virtual environment on the target
+    # The environment also sees the interpreter's own site-packages: where the platform preinstalls the frameworks
+    # (Colab), they are verified in place rather than installed a second time.
+    system_site_packages: bool = False
 
 
 class FrameworkPlan(_Frozen):

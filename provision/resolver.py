@@ -1013,6 +1013,23 @@ def _python_plan(ctx: _Ctx, fws) -> PythonPlan:
     system = ctx.system
     packages = system.python_packages if system else ()
     ranges = [f"{f.name} {f.version}" for f in fws]
+    if ctx.profile.target.kind == "colab":
+        runtime = db.colab[-1]
+        ctx.reason(
+            "python",
+            f"Python {ctx.python}, Colab's python3",
+            f"the runtime's own interpreter, where Colab preinstalls {', '.join(ranges) or 'its frameworks'}; "
+            f"the environment {db.policy.venv} sees those packages and adds only what the verifier needs",
+            runtime.source,
+        )
+        return PythonPlan(
+            version=ctx.python,
+            source="platform",
+            interpreter="/usr/bin/python3",
+            packages=packages,
+            venv=db.policy.venv,
+            system_site_packages=True,
+        )
     ctx.reason(
         "python",
         f"Python {ctx.python}, the system python3",

@@ -58,6 +58,42 @@ def test_nvidia_smi_present(host):
     assert host.run("command -v nvidia-smi").rc == 0, "nvidia-smi not on PATH"
 
 
+def test_platform_driver_new_enough(host):
+    """Colab and Jetson own the driver: it is checked, never installed."""
+    driver = PLAN["driver"]
+    if driver["install"] or driver["source"] != "platform" or PLAN["target"]["kind"] == "jetson":
+        pytest.skip("the driver is provision's to install" if driver["install"] else "Jetson: L4T's driver has no nvidia-smi")
+    out = host.run("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert out.rc == 0, f"nvidia-smi failed (exit {out.rc}): {out.stderr.strip()}"
+    found = out.stdout.splitlines()[0].strip()
+    if driver["min_version"]:
+        assert _version(found) >= _version(driver["min_version"]), (
+            f"driver {found}, the plan needs at least {driver['min_version']}")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def test_cuda_environment_for_login_shells(host):
+    """The cuda role's profile script: a login shell of the plan's user finds the planned CUDA."""
+    home = host.run(f"su - {shlex.quote(USER)} -c 'printf %s \"$CUDA_HOME\"'")
+    assert home.rc == 0, home.stderr
+    assert home.stdout.strip(), "CUDA_HOME is not set in a login shell"
+    assert host.file(home.stdout.strip()).is_directory, f"CUDA_HOME={home.stdout.strip()} is not a directory"
+
+
+@pytest.mark.parametrize("framework", [] if SKIP_FRAMEWORKS else PLAN["frameworks"], ids=lambda f: f["package"])
+def test_framework_at_planned_version(host, framework):
+    """Installed by provision or preinstalled by the platform (Colab), the environment has the planned build."""
+    out = host.run(f"{VENV}/bin/python -c "
+                   f"{shlex.quote('import importlib.metadata as m, sys; print(m.version(sys.argv[1]))')} "
+                   f"{shlex.quote(framework['package'])}")
+    assert out.rc == 0, f"{framework['package']} is not installed in {VENV} (nor in what it sees of the system)"
+    assert out.stdout.strip().split("+")[0] == framework["version"], (
+        f"{framework['package']} {out.stdout.strip()}, plan says {framework['version']}")
+
+
 def test_venv_owned_by_plan_user(host):
     python = host.file(f"{VENV}/bin/python")
     assert python.exists, f"{VENV}/bin/python missing"

@@ -90,6 +90,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "python_env_interpreter": plan.python.interpreter,
         "python_env_packages": list(plan.python.packages),
         "python_env_venv": venv,
+        "python_env_system_site_packages": plan.python.system_site_packages,
         "python_env_requirements": [plan.verify.numpy_requirement],
         "python_env_frameworks": frameworks,
         "jupyter_enabled": plan.jupyter.enabled,

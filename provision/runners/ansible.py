@@ -42,6 +42,8 @@ class RunResult:
     hosts: dict[str, HostStats] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  # "host: task: msg", one per failed task
     host_failures: dict[str, tuple[str, str]] = field(default_factory=dict)  # host -> (first failed task, msg)
+    # Seconds each task took, summed over hosts (from the events' durations): where a run's time goes (bench/).
+    task_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -149,6 +151,7 @@ def run_playbook(
     host_failures: dict[str, tuple[str, str]] = {}
 
     final: dict[str, Any] = {}
+    task_seconds: dict[str, float] = {}
 
     def handler(event: dict[str, Any]) -> bool:
         if event.get("event") == "playbook_on_stats":
@@ -158,6 +161,9 @@ def run_playbook(
         line = task_line(event)
         if line is not None:
             host, task, state, msg = line
+            duration = event.get("event_data", {}).get("duration")
+            if isinstance(duration, (int, float)):
+                task_seconds[task] = task_seconds.get(task, 0.0) + duration
             if state in ("failed", "unreachable"):
                 failures.append(f"{host}: {task}: {msg}")
                 host_failures.setdefault(host, (task, msg))
@@ -216,4 +222,4 @@ def run_playbook(
         for host, count in (stats.get(key) or {}).items():
             setattr(hosts.setdefault(host, HostStats()), attr, count)
     return RunResult(status=runner.status, rc=runner.rc, seconds=time.monotonic() - started, hosts=hosts,
-                     failures=failures, host_failures=host_failures)
+                     failures=failures, host_failures=host_failures, task_seconds=task_seconds)

@@ -61,9 +61,17 @@ def test_check_is_green(first_apply):
 
 
 def test_second_apply_changes_nothing(first_apply):
-    proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check")
+    proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check", "--timings")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _changed(proc.stdout) == 0, proc.stderr[-3000:]
+    # On a converged host the probes answer and apt and pip do not run: none of their steps is reported as run.
+    ran = {line.split(None, 2)[2] for line in proc.stderr.splitlines() if re.match(r"\S+\s+(ok|changed)\s", line)}
+    assert not {t for t in ran if t.startswith(("packages | Install", "pypi | Install", "venv | Install",
+                                                "install | Install"))}, sorted(ran)
+    # --timings lists the slowest steps with their seconds.
+    slowest = re.search(r"slowest steps \(([\d.]+) s of steps in all\):\n((?:\s+[\d.]+ s  .+\n)+)", proc.stdout)
+    assert slowest and float(slowest.group(1)) > 0, proc.stdout[-2000:]
+    assert len(slowest.group(2).splitlines()) >= 5
 
 
 def test_check_mode_on_a_converged_host_reports_no_change_and_records_nothing(first_apply, tmp_path):

@@ -3,6 +3,8 @@
 - the package index is unreachable: one line names the host, the step and the cause; exit 1;
 - the disk fills during a wheel install (/opt/provision is a 30 MB tmpfs, exec): same, and after the space is grown the
   re-run converges;
+- an environment whose creation was cut short (bin/pip never written, pip's metadata already there, which is where
+  an interrupt during `python -m venv` leaves it): the re-run rebuilds it instead of failing to find pip;
 - the apply is interrupted with Ctrl-C (SIGINT to the process group, as a terminal sends it): exit 130, the run is
   remembered as interrupted, and `apply --failed` finishes it.
 
@@ -76,6 +78,26 @@ def test_a_full_disk_names_the_cause_and_the_rerun_converges(host):
     subprocess.run(["docker", "exec", NAME, "mount", "-o", "remount,size=1g", "/opt/provision"], check=True)
     again = provision(env, "apply", PROFILE, "-i", str(good), *ARGS)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    numpy = subprocess.run(["docker", "exec", NAME, "/opt/provision/venv/bin/python", "-c",
+                            "import numpy; print(numpy.__version__)"], capture_output=True, text=True)
+    assert numpy.returncode == 0, numpy.stderr
+
+
+def test_an_environment_left_without_pip_is_rebuilt(host):
+    """Where a Ctrl-C during `python -m venv` leaves it: the re-run must not stop at "Unable to find pip"."""
+    tmp, env = host
+    good = inventory(tmp / "good.yml")
+    # As the role leaves it: the environment's files belong to its account (ml), and /opt/provision has room.
+    subprocess.run(["docker", "exec", NAME, "sh", "-ec",
+                    "mount -o remount,size=1g /opt/provision; id ml >/dev/null 2>&1 || useradd -m ml;"
+                    " rm -rf /opt/provision/venv; install -d -o ml -g ml /opt/provision/venv;"
+                    " runuser -u ml -- python3 -m venv /opt/provision/venv; rm /opt/provision/venv/bin/pip*;"
+                    " ls -d /opt/provision/venv/lib/python3*/site-packages/pip-*.dist-info"], check=True)
+    proc = provision(env, "apply", PROFILE, "-i", str(good), *ARGS)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    pip = subprocess.run(["docker", "exec", NAME, "/opt/provision/venv/bin/pip", "--version"], capture_output=True,
+                         text=True)
+    assert pip.returncode == 0, pip.stderr
     numpy = subprocess.run(["docker", "exec", NAME, "/opt/provision/venv/bin/python", "-c",
                             "import numpy; print(numpy.__version__)"], capture_output=True, text=True)
     assert numpy.returncode == 0, numpy.stderr

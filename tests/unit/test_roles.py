@@ -113,3 +113,12 @@ def test_yamllint_passes() -> None:
     exe = [str(yamllint)] if yamllint.exists() else [shutil.which("yamllint") or "yamllint"]
     proc = subprocess.run([*exe, "-s", "roles", ".ansible-lint", ".yamllint"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_copies_of_check_requirements_are_identical():
+    """Roles ship alone, so the roles that install wheels each carry python_env's requirement checker: one text."""
+    original = (ROLES_DIR / "python_env/files/check_requirements.py").read_text()
+    copies = sorted(ROLES_DIR.glob("*/files/check_requirements.py"))
+    assert len(copies) == 5, copies
+    for copy in copies:
+        assert copy.read_text() == original, f"{copy} differs from python_env's: copy it again"
