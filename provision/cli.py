@@ -538,13 +538,14 @@ def build(
     with err.status(f"building {image_tag}") as status:
 
         def progress(line: str) -> None:
-            if line.startswith("Step ") or not line.startswith(" "):
+            if not line.startswith(" "):
                 status.update(f"[bold]{image_tag}[/]: {line[:100]}")
-            # One line per step for logs; a failure then ends with its one `error:` line. The pull of a missing
-            # base shows in the status only, so that a base that cannot be had fails with that one line alone.
-            if line.startswith(("Step ", "downloading", "wheels for", "building", "environment")) or json_out is False \
-                    and line.startswith(" ---> Using cache"):
-                err.print(line, markup=False, style="dim" if line.startswith(" --->") else None)
+            # One line per Dockerfile step for logs (started, CACHED, DONE with its time; BuildKit's own work and
+            # the steps' output stay in the status line); a failure then ends with its one `error:` line. The
+            # pull of a missing base shows in the status only, so that a base that cannot be had fails with
+            # that one line alone.
+            if runner.is_step_line(line) or line.startswith(("downloading", "wheels for", "building", "environment")):
+                err.print(line, markup=False, style="dim" if line.startswith("CACHED ") else None)
 
         result = runner.build(plan, dockerfile, tag=image_tag, no_cache=no_cache, skip_frameworks=skip_frameworks,
                               progress=progress)

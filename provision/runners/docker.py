@@ -7,11 +7,12 @@ Steps, each failing with one line that says what, where and what to do:
 3. `ensure_base()`: the base image is local, or can be pulled.
 4. `fetch_wheels()`: each wheel group is downloaded once, on the controller, into
    `provision.sandbox.cache_root()/wheels`, for the image's interpreter, ABI and C library (probed in the base).
-   Why here and not in the build: this engine's builder has no BuildKit cache mounts through the SDK, so a
-   download inside a RUN would repeat whenever that layer is rebuilt, and builds would need the network.
+   Why here and not in the build: the build then needs no network (an air-gapped engine, a registry mirror
+   for the base only), and the wheels of a plan are fetched once however often its layers are rebuilt.
 5. `make_context()`: a temporary directory with the Dockerfile, the wheels (hard links into the cache), the
    verifier sources and the Jupyter launcher.
-6. `build()`: `docker.APIClient.build(decode=True)`, streamed to a callback; returns id, size and labels.
+6. `build()`: BuildKit through the Engine API (`stream_build`; provision.runners.buildkit reads its progress),
+   streamed to a callback; returns id, size and labels.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from provision.errors import RunFailed, RunnerError
 from provision.models import Plan
@@ -276,7 +277,6 @@ def build_context(plan: Plan, dockerfile: str, *, skip_frameworks: bool, api: An
         yield make_context(Path(tmp), dockerfile, dirs)
 
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _RUNTIME_FROM = re.compile(r"^FROM \S+ AS runtime$", re.M)
 VENV_COPY = "COPY --from=venv "
 
@@ -302,39 +302,92 @@ def _venv_tag(plan: Plan, venv_dockerfile: str, base_id: str, wheel_dirs: dict[s
     return f"provision-venv/{plan.profile}:{digest.hexdigest()[:16]}"
 
 
-def _stream(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str | None, progress: Progress,
+_STEP_LINE = re.compile(r"^(?:CACHED |DONE )?\[(?:[^\]]+ )?\d+/\d+\] ")
+
+
+def is_step_line(line: str) -> bool:
+    """A progress line about a Dockerfile step (`[2/7] RUN ...`, `CACHED [2/7] ...`, `DONE [2/7] ... 3.1s`)."""
+    return bool(_STEP_LINE.match(line))
+
+
+@contextmanager
+def _context_tar(ctx: Path) -> Iterator[IO[bytes]]:
+    """The build context as the tar BuildKit takes in a request body: the Dockerfile first, GNU format.
+
+    Not `docker.utils.build.tar`: it writes POSIX (pax) tars, and Python adds a pax header to any member whose
+    mtime has a fraction of a second, which is most files. The engine tells a tar body from a bare Dockerfile
+    by its first bytes; behind a pax header it takes the whole body for a Dockerfile and fails on line 1
+    (`unknown instruction: ././@PaxHeader`, Docker 20.10). GNU format, whole-second mtimes, no owners.
+    """
+    import tarfile
+
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = int(info.mtime), 0, 0, "", ""
+        return info
+
+    names = [p for p in sorted(ctx.rglob("*")) if "__pycache__" not in p.parts and p.name != "Dockerfile"]
+    with tempfile.TemporaryFile(dir=ctx.parent) as body:
+        with tarfile.open(fileobj=body, mode="w", format=tarfile.GNU_FORMAT) as archive:
+            for path in [ctx / "Dockerfile", *names]:
+                archive.add(path, arcname=str(path.relative_to(ctx)), recursive=False, filter=normalise)
+        body.seek(0)
+        yield body
+
+
+# The Engine API version that has BuildKit behind `POST /build?version=2` (Docker Engine 18.09).
+BUILDKIT_API = (1, 39)
+
+
+def stream_build(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str | None, progress: Progress,
             log: list[str]) -> tuple[int, int]:
-    """One classic-builder build, streamed; returns (steps cached, steps run). A failed step is RunFailed."""
+    """One BuildKit build of the context directory `ctx`, streamed; returns (steps cached, steps run).
+
+    BuildKit, not the classic builder: the classic builder commits a container for every instruction, ENV and
+    EXPOSE included (10-30 s each on a fuse-overlayfs engine), where BuildKit writes settings into the image
+    config without running anything. The SDK's `build()` has no parameter for the builder version, so the
+    request is made through the SDK's own client (`_post`, `_stream_helper`, which `APIClient.build` itself
+    uses). A failed step is RunFailed, with its last output.
+    """
     import docker.errors
 
-    step, cached, ran = "", 0, 0
+    from provision.runners.buildkit import TRACE_ID, Trace
+
+    version = tuple(int(p) for p in str(api.api_version).split(".")[:2])
+    if version < BUILDKIT_API:
+        raise RunnerError(f"the Docker engine at {_docker_host()} speaks API {api.api_version}; provision builds "
+                          "with BuildKit, which needs API 1.39 (Docker Engine 18.09) or newer: upgrade the engine")
+    trace = Trace()
+    params = {"t": tag, "version": "2", "rm": "1", "forcerm": "1", "nocache": "1" if no_cache else "0", "pull": "0"}
+    if platform:
+        params["platform"] = platform
     progress(f"building {tag}")
     try:
-        for chunk in api.build(path=str(ctx), tag=tag, rm=True, forcerm=True, nocache=no_cache, pull=False,
-                               decode=True, platform=platform):
-            if "error" in chunk:
-                detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
-                tail = " | ".join(ln for ln in log[-6:] if ln.strip())
-                raise RunFailed(
-                    f"building {tag}: {step or 'a step'} failed: {detail.strip()[:300]}"
-                    + (f"; last output: {tail[-500:]}" if tail else "")
-                    + "; fix the plan or profile it comes from, then run `provision build` again"
-                )
-            for line in chunk.get("stream", "").splitlines():
-                if not line.strip():
-                    continue
-                log.append(line)
-                match = _STEP.match(line)
-                if match:
-                    step = f"step {match.group(1)}/{match.group(2)} ({match.group(3)[:80]})"
-                    ran += 1
-                elif line.strip() == "---> Using cache":
-                    cached += 1
-                    ran -= 1
-                progress(line)
+        with _context_tar(ctx) as context:
+            response = api._post(api._url("/build"), params=params, data=context, stream=True, timeout=None,
+                                 headers={"Content-Type": "application/tar"})
+            api._raise_for_status(response)
+            for chunk in api._stream_helper(response, decode=True):
+                if chunk.get("id") == TRACE_ID and isinstance(chunk.get("aux"), str):
+                    lines = trace.add(chunk["aux"])
+                elif "error" in chunk:
+                    detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+                    failed = trace.failed
+                    tail = " | ".join(trace.last_output(failed)) if failed else ""
+                    raise RunFailed(
+                        f"building {tag}: {failed.describe() if failed else 'a step'} failed: {detail.strip()[:300]}"
+                        + (f"; last output: {tail[-500:]}" if tail else "")
+                        + "; fix the plan or profile it comes from, then run `provision build` again"
+                    )
+                else:
+                    lines = [ln for ln in str(chunk.get("stream", "")).splitlines() if ln.strip()]
+                for line in lines:
+                    log.append(line)
+                    progress(line)
     except docker.errors.APIError as exc:
         raise RunnerError(f"building {tag}: the Docker engine refused the build: {exc.explanation or exc}") from None
-    return cached, ran
+    steps = [v for v in trace.steps if not v.name.split("] ", 1)[-1].startswith("FROM ")]
+    cached = sum(1 for v in steps if v.cached)
+    return cached, len(steps) - cached
 
 
 def _image_exists(api: Any, tag: str) -> bool:
@@ -353,9 +406,9 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
 
     Two builds of the one rendered Dockerfile: its `venv` stage with the wheels as context, tagged
     `provision-venv/<profile>:<digest of the stage, base and wheel files>` and skipped when that image exists;
-    then its `runtime` stage, copying from that image, with a context of a few kB. Why: the classic builder
-    uploads the whole context (1-2 GB of wheels) on every build, cached or not, and builds every stage of a
-    Dockerfile; a change after the environment (a Jupyter port) would otherwise cost that upload each time.
+    then its `runtime` stage, copying from that image, with a context of a few kB. Why: the engine receives the
+    whole context (1-2 GB of wheels) with every build request, cached or not, and unpacks it before it looks at
+    its cache; a change after the environment (a Jupyter port) would otherwise cost that upload each time.
     """
     api = api or connect()
     check_platform(api, plan)
@@ -376,7 +429,7 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
     if no_cache or not _image_exists(api, venv_image):
         with tempfile.TemporaryDirectory(prefix=f"venv-{plan.profile}-", dir=tmp_root) as tmp:
             ctx = make_context(Path(tmp), venv_part, dirs, tools=False)
-            c, r = _stream(api, ctx, venv_image, no_cache=no_cache, platform=platform, progress=progress, log=log)
+            c, r = stream_build(api, ctx, venv_image, no_cache=no_cache, platform=platform, progress=progress, log=log)
             cached, ran = cached + c, ran + r
     else:
         progress(f"environment {venv_image} is built already: its wheels are not sent again")
@@ -384,7 +437,7 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
               f"comes from {venv_image}, built from the venv stage.\n")
     with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=tmp_root) as tmp:
         ctx = make_context(Path(tmp), header + runtime_part, {}, tools=True)
-        c, r = _stream(api, ctx, tag, no_cache=no_cache, platform=platform, progress=progress, log=log)
+        c, r = stream_build(api, ctx, tag, no_cache=no_cache, platform=platform, progress=progress, log=log)
         cached, ran = cached + c, ran + r
     info = api.inspect_image(tag)
     return BuildResult(

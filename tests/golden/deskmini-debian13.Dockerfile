@@ -84,7 +84,7 @@ RUN useradd --create-home --shell /bin/bash --uid 1000 --user-group ml
 # the account can use it but not change it, the safer default for an image (a notebook cannot replace a
 # library the image was verified with; add packages in a derived image: FROM it, USER root, pip install).
 # Without --chown this, the largest step, is a plain copy: rewriting the owner of every file made it take
-# ~15 minutes on a fuse-overlayfs engine with the classic builder.
+# ~15 minutes on a fuse-overlayfs engine.
 COPY --from=venv /opt/provision/venv /opt/provision/venv
 
 # The verification program (`python -m provision.verify`) and the Jupyter launcher: small, and they change
@@ -124,10 +124,10 @@ LABEL \
       org.opencontainers.image.vendor="provision" \
       org.opencontainers.image.version="0.1.0"
 
-# Settings last, as few instructions as possible: each instruction is a container commit for the classic
-# builder (20-30 s on a loaded fuse-overlayfs engine), and what follows a changed line is rebuilt. The
-# labels change only with the stack; the port (ENV, EXPOSE) comes last, so a new Jupyter port reruns two
-# metadata steps and nothing heavy.
+# Settings last, since what follows a changed line is rebuilt: the labels change only with the stack, the
+# port (ENV, EXPOSE) comes last, so a new Jupyter port rebuilds nothing heavy. `provision build` uses BuildKit,
+# which writes these into the image's configuration without running a step; they are still few instructions,
+# because the classic builder (`DOCKER_BUILDKIT=0 docker build`) commits a container for each.
 # NVIDIA_*: the NVIDIA container toolkit reads these: which GPUs and driver features to expose, and the driver
 # the image needs. A host driver older than NVIDIA_REQUIRE_CUDA makes the toolkit refuse to start the
 # container with a clear message, instead of a framework failing later. The plan's CUDA 12.6 runs on drivers from 525.60.13 on.

@@ -120,6 +120,29 @@ def test_labels_carry_the_stack(image: tuple[Plan, runner.BuildResult]) -> None:
     assert labels["org.opencontainers.image.base.name"] == plan.image.base_image
 
 
+def test_a_port_change_rebuilds_nothing_heavy(image: tuple[Plan, runner.BuildResult]) -> None:
+    """A Jupyter-only change after the image is built: the environment image is reused (no pip install runs),
+    every step of the runtime stage comes from the cache, and only the image's settings differ."""
+    plan, first = image
+    port = plan.jupyter.port + 1
+    moved = plan.model_copy(update={"jupyter": plan.jupyter.model_copy(update={"port": port})})
+    seen: list[str] = []
+    again = runner.build(moved, render_dockerfile(moved, skip_frameworks=True),
+                         tag=f"provision-test/{plan.profile}:port", skip_frameworks=True, progress=seen.append)
+    assert again.venv_image == first.venv_image
+    assert any(line.startswith("environment ") and "built already" in line for line in seen), seen
+    assert not any("pip install" in line for line in again.log), again.log
+    assert again.steps_run == 0 and again.steps_cached > 0, again.log
+    config = json.loads(subprocess.run(["docker", "image", "inspect", again.tag], capture_output=True, text=True,
+                                       check=True).stdout)[0]["Config"]
+    assert f"{port}/tcp" in config["ExposedPorts"] and f"JUPYTER_PORT={port}" in config["Env"]
+    first_layers = json.loads(subprocess.run(["docker", "image", "inspect", first.tag], capture_output=True,
+                                             text=True, check=True).stdout)[0]["RootFS"]["Layers"]
+    assert json.loads(subprocess.run(["docker", "image", "inspect", again.tag], capture_output=True, text=True,
+                                     check=True).stdout)[0]["RootFS"]["Layers"] == first_layers
+    subprocess.run(["docker", "image", "rm", again.tag], capture_output=True)
+
+
 def test_runs_as_non_root(running: dict) -> None:
     host, plan = running["host"], running["plan"]
     assert host.check_output("id -u") == "1000"

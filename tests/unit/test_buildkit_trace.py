@@ -1,0 +1,63 @@
+"""provision.runners.buildkit against progress streams recorded from a real engine (Docker 20.10.24, this VM,
+`POST /v1.41/build?version=2` with a tar body): one build with a cached step and a step that runs, one whose
+RUN step exits 3 after writing to stdout and stderr."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from provision.runners.buildkit import TRACE_ID, Trace, fields
+
+DATA = Path(__file__).parent / "data"
+
+
+def replay(name: str) -> tuple[Trace, list[str], list[dict]]:
+    trace, lines, other = Trace(), [], []
+    for raw in (DATA / name).read_text().splitlines():
+        chunk = json.loads(raw)
+        if chunk.get("id") == TRACE_ID:
+            lines += trace.add(chunk["aux"])
+        else:
+            other.append(chunk)
+    return trace, lines, other
+
+
+def test_steps_cached_and_run_are_told_apart() -> None:
+    trace, lines, other = replay("buildkit-cached-and-run.jsonl")
+    steps = [(v.name, v.cached) for v in trace.steps]
+    assert steps == [("[1/3] FROM docker.io/provision/debian:13", False), ("[2/3] RUN echo hi > /x", True),
+                     ("[3/3] RUN echo built", False)]
+    assert "CACHED [2/3] RUN echo hi > /x" in lines
+    # The step that ran: its start, its output (indented), then DONE with its time.
+    at = lines.index("[3/3] RUN echo built")
+    assert lines[at + 1] == "  built" and lines[at + 2].startswith("DONE [3/3] RUN echo built ")
+    assert trace.failed is None
+    assert other[-1] == {"stream": "Successfully tagged bk:4\n"}
+
+
+def test_a_failed_step_names_itself_and_keeps_its_output() -> None:
+    trace, lines, other = replay("buildkit-step-fails.jsonl")
+    failed = trace.failed
+    assert failed is not None and failed.describe() == "step 2/2 (RUN echo some output; echo err >&2; exit 3)"
+    assert "exit code: 3" in failed.error
+    assert trace.last_output(failed) == ["some output", "err"]
+    assert any(ln.startswith("ERROR [2/2] RUN") for ln in lines)
+    assert "exit code: 3" in other[-1]["errorDetail"]["message"]
+
+
+def test_every_vertex_update_keeps_the_latest_state() -> None:
+    trace, _, _ = replay("buildkit-cached-and-run.jsonl")
+    # Each vertex is reported several times (queued, started, completed); one entry each remains, completed.
+    assert len({v.digest for v in trace.vertices.values()}) == len(trace.vertices)
+    assert all(v.completed for v in trace.vertices.values())
+
+
+def test_wire_format_varints_and_nested_messages() -> None:
+    # field 3 (string "ab"), field 4 (varint 300), field 5 (message: field 1 varint 1)
+    message = bytes([0x1A, 2]) + b"ab" + bytes([0x20, 0xAC, 0x02]) + bytes([0x2A, 2, 0x08, 1])
+    assert list(fields(message)) == [(3, b"ab"), (4, 300), (5, b"\x08\x01")]
+    with pytest.raises(ValueError, match="wire type 3"):
+        list(fields(bytes([0x0B])))
