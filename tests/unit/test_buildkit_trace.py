@@ -61,3 +61,16 @@ def test_wire_format_varints_and_nested_messages() -> None:
     assert list(fields(message)) == [(3, b"ab"), (4, 300), (5, b"\x08\x01")]
     with pytest.raises(ValueError, match="wire type 3"):
         list(fields(bytes([0x0B])))
+
+
+def test_an_engine_without_buildkit_is_refused_in_one_line(tmp_path: Path) -> None:
+    """An engine older than API 1.39 has no BuildKit behind /build: one line saying so, before any request.
+    (No such engine runs here; the check reads only the negotiated version, which is what this stands in for.)"""
+    from provision.errors import RunnerError
+    from provision.runners.docker import stream_build
+
+    class OldEngine:
+        api_version = "1.38"
+
+    with pytest.raises(RunnerError, match=r"speaks API 1\.38; .* needs API 1\.39 \(Docker Engine 18\.09\)"):
+        stream_build(OldEngine(), tmp_path, "x:1", no_cache=False, platform=None, progress=lambda _: None, log=[])
