@@ -127,9 +127,18 @@ class Trace:
 
     def add(self, aux: str) -> list[str]:
         """Take one `moby.buildkit.trace` message; return the progress lines it adds, in the style of
-        `docker build --progress=plain`: a step when it starts, its output, and `CACHED`, `DONE 1.2s` or `ERROR`."""
+        `docker build --progress=plain`: a step when it starts, its output, and `CACHED`, `DONE 1.2s` or `ERROR`.
+
+        A message this cannot read (a newer engine's fields in another wire type, a truncated payload) adds
+        nothing: progress is for people, and whether the build failed comes from the stream's `error` chunk."""
+        try:
+            return self._add(base64.b64decode(aux))
+        except (ValueError, IndexError):  # binascii.Error is a ValueError
+            return []
+
+    def _add(self, message: bytes) -> list[str]:
         lines: list[str] = []
-        for number, value in fields(base64.b64decode(aux)):
+        for number, value in fields(message):
             if not isinstance(value, bytes):
                 continue
             if number == 1:

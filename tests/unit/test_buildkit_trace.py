@@ -4,6 +4,7 @@ RUN step exits 3 after writing to stdout and stderr."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -74,3 +75,13 @@ def test_an_engine_without_buildkit_is_refused_in_one_line(tmp_path: Path) -> No
 
     with pytest.raises(RunnerError, match=r"speaks API 1\.38; .* needs API 1\.39 \(Docker Engine 18\.09\)"):
         stream_build(OldEngine(), tmp_path, "x:1", no_cache=False, platform=None, progress=lambda _: None, log=[])
+
+
+def test_an_unreadable_progress_message_adds_nothing() -> None:
+    """Not base64, a truncated message, an unknown wire type: no exception out of the build's progress."""
+    trace = Trace()
+    recorded = json.loads((DATA / "buildkit-cached-and-run.jsonl").read_text().splitlines()[0])["aux"]
+    truncated = base64.b64encode(base64.b64decode(recorded)[:-5]).decode()
+    for aux in ("not base64!", truncated, base64.b64encode(bytes([0x0B])).decode()):
+        assert trace.add(aux) == []
+    assert trace.add(recorded) == ["[internal] load remote build context"]
