@@ -196,7 +196,7 @@ def run_playbook(
                 forks=forks,
                 envvars={"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
                          # One connection round trip per task instead of four (needs no `requiretty` in sudoers,
-                         # which no supported OS sets). Measured in bench/reapply.py.
+                         # which no supported OS sets). Measured with bench/fleet.py (docs/fleet.md).
                          "ANSIBLE_PIPELINING": "1",
                          # ansible-playbook from this interpreter's environment, activated or not.
                          "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),

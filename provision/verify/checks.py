@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ NO_DRIVER = (
     "no NVIDIA driver found (libcuda.so.1 not loadable): exit 2, use --compile-only to check the toolchain "
     "without a GPU"
 )
+
+NO_ARCH = "no architecture to compile for: pass --arch sm_XY or --profile (there is no GPU to ask)"
 
 PeakLookup = Callable[[DeviceInfo], "tuple[float | None, float | None] | None"]
 
@@ -717,8 +720,10 @@ def check_frameworks(expect: Expect, python: str, gpu: bool, np) -> list[Check]:
     a = rng.uniform(-1, 1, (64, 64)).astype(np.float32)
     b = rng.uniform(-1, 1, (64, 64)).astype(np.float32)
     spec = json.dumps({"a": a.tolist(), "b": b.tolist()})
-    for name in names:
-        res = _probe(python, _FRAMEWORK_PROBE, [name, "1" if gpu else "0"], spec)
+    # Each framework is probed in its own interpreter; the probes wait mostly on imports, so they run side by side.
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        results = list(pool.map(lambda n: _probe(python, _FRAMEWORK_PROBE, [n, "1" if gpu else "0"], spec), names))
+    for name, res in zip(names, results):
         label = f"framework:{name}"
         want = planned.get(name)
         if "missing" in res:
@@ -839,6 +844,12 @@ def run(
 
     report = Report(mode="compile-only" if compile_only else "full", expect=expect.to_dict())
     python = python or sys.executable
+    if compile_only and arch is None and expect.target_arch is None:
+        report.error = NO_ARCH
+        return report
+    probes: list[Future] = []
+    if compile_only:  # no GPU to share: the probes run while the toolchain is checked
+        probes = _start_environment_probes(expect, python, False, np, frameworks, jupyter)
 
     try:
         nv = Nvrtc.load(nvrtc_path)
@@ -898,9 +909,6 @@ def run(
                 report.add(Check("compile", FAIL, str(exc)))
         elif target is None:
             target = expect.target_arch
-            if target is None:
-                report.error = "no architecture to compile for: pass --arch sm_XY or --profile (there is no GPU to ask)"
-                return report
         if target is not None:
             compile_checks, images = compile_kernels(nv, target)
             for c in compile_checks:
@@ -911,12 +919,33 @@ def run(
     elif dev is not None:
         report.add(Check("kernels", SKIP, "not run: a kernel did not compile (see compile:* above)"))
 
-    if frameworks:
-        for c in check_frameworks(expect, python, dev is not None, np):
-            report.add(c)
-    if jupyter:
-        report.add(check_jupyter(expect, python, dev is not None))
+    if not compile_only:
+        # With a GPU, the environment's probes start only now: the frameworks' matmul must not share the GPU with
+        # the bandwidth and FLOPS measurements above.
+        probes = _start_environment_probes(expect, python, True, np, frameworks, jupyter)
+    for c in _finish(probes):
+        report.add(c)
     return report
+
+
+def _start_environment_probes(
+    expect: Expect, python: str, gpu: bool, np, frameworks: bool, jupyter: bool
+) -> list[Future]:
+    """Start the framework and Jupyter probes (each its own interpreter of the environment) in the background.
+    They spend their time waiting on imports and on a kernel's start (2 s of a 5 s re-apply verification), so in a
+    compile-only run they go side by side with the toolchain checks."""
+    pool = ThreadPoolExecutor(max_workers=2)
+    futures = []
+    if frameworks:
+        futures.append(pool.submit(check_frameworks, expect, python, gpu, np))
+    if jupyter:
+        futures.append(pool.submit(lambda: [check_jupyter(expect, python, gpu)]))
+    pool.shutdown(wait=False)
+    return futures
+
+
+def _finish(futures: list[Future]) -> list[Check]:
+    return [c for f in futures for c in f.result()]
 
 
 def _run_gpu(

@@ -315,3 +315,9 @@ def test_a_missing_nvrtc_is_a_failed_check_with_the_way_out(tmp_path: Path) -> N
     nvrtc = next(c for c in report.checks if c.name == "nvrtc")
     assert nvrtc.status == FAIL and "could not be loaded" in nvrtc.detail
     assert not any(c.name.startswith("compile:") for c in report.checks)
+
+
+def test_a_compile_only_run_without_an_architecture_stops_before_any_check(tmp_path: Path) -> None:
+    report = checks.run(Expect(), compile_only=True, nvrtc_path=str(tmp_path / "libnvrtc.so.12"))
+    assert report.exit_code == 2 and report.error == checks.NO_ARCH
+    assert report.checks == []

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from provision.sandbox import cache_root
+from provision.verify import checks
 from provision.verify.checks import check_frameworks, check_jupyter
 from provision.verify.expect import Expect
 
@@ -52,6 +53,19 @@ def test_a_kernel_without_a_gpu_fails_the_full_check(jupyter_python: str) -> Non
         pytest.skip("this machine has a GPU: the kernel would see it")
     c = check_jupyter(Expect(jupyter=True), jupyter_python, gpu=True)
     assert c.status == "FAIL" and "sees no GPU (libcuda.so.1 not loadable in the kernel)" in c.detail
+
+
+@pytest.mark.slow
+def test_a_compile_only_run_reports_the_probes_it_ran_beside_the_toolchain_checks(
+    jupyter_python: str, tmp_path: Path
+) -> None:
+    # The probes start first and run in the background; the report still lists them after the toolchain's checks.
+    report = checks.run(Expect(jupyter=True), compile_only=True, arch="sm_61",
+                        nvrtc_path=str(tmp_path / "libnvrtc.so.12"), python=jupyter_python)
+    names = [c.name for c in report.checks]
+    assert names[0] == "nvrtc" and names[-3:] == ["framework:pytorch", "framework:tensorflow", "jupyter"]
+    assert [c.status for c in report.checks[-3:]] == ["SKIP", "SKIP", "PASS"], report.checks[-1].detail
+    assert report.checks[-1].figures["executable"] == jupyter_python
 
 
 def test_jupyter_missing_is_a_skip_unless_planned() -> None:

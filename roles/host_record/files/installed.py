@@ -21,16 +21,28 @@ def packages(names):
     return out
 
 
+# The environment's own interpreter lists its distributions (importlib.metadata, as `pip list` does, in sys.path
+# order, first one wins): 0.1 s against pip's 0.7-1.5 s, which was the slowest step of host_record on a re-apply.
+_LIST = """
+import importlib.metadata as m, json
+seen = {}
+for d in m.distributions():
+    name = (d.metadata["Name"] or "").lower()
+    if name and name not in seen:
+        seen[name] = d.version
+print(json.dumps(seen))
+"""
+
+
 def wheels(venv):
     python = os.path.join(venv, "bin", "python")
     if not venv or not os.path.exists(python):
         return {}
-    proc = subprocess.run([python, "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
-                          capture_output=True, text=True, env=dict(os.environ, PIP_NO_INPUT="1"))
+    proc = subprocess.run([python, "-I", "-c", _LIST], capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         sys.exit(1)
-    return {row["name"].lower(): row["version"] for row in json.loads(proc.stdout)}
+    return json.loads(proc.stdout)
 
 
 def main():
