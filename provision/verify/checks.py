@@ -723,7 +723,7 @@ def check_frameworks(expect: Expect, python: str, gpu: bool, np) -> list[Check]:
     # Each framework is probed in its own interpreter; the probes wait mostly on imports, so they run side by side.
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         results = list(pool.map(lambda n: _probe(python, _FRAMEWORK_PROBE, [n, "1" if gpu else "0"], spec), names))
-    for name, res in zip(names, results):
+    for name, res in zip(names, results, strict=True):
         label = f"framework:{name}"
         want = planned.get(name)
         if "missing" in res:
