@@ -17,6 +17,7 @@ import argparse
 import datetime
 import json
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -25,11 +26,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.plans import aws_p2, deskmini, real_plan  # noqa: E402
 
-from provision.render.docker import render_dockerfile, wheel_groups, with_base_image  # noqa: E402
+from provision.render.docker import image_account, render_dockerfile, wheel_groups, with_base_image  # noqa: E402
 from provision.runners import docker as runner  # noqa: E402
 from provision.sandbox import ensure_base_image  # noqa: E402
 
 PROFILES = {"deskmini": ("debian-13", "13", deskmini), "aws-p2": ("debian-12", "12", aws_p2)}
+
+
+def naive_account(plan) -> str:  # type: ignore[no-untyped-def]
+    """The account step, as templates/Dockerfile.j2 makes it: a base with an account of the image's uid already
+    (the sandbox bases' `admin`, Ubuntu's `ubuntu`) has it renamed, with its group and home; `useradd -u` would fail
+    there ("UID 1000 is not unique"). The same account on every base, so the two images hold the same content."""
+    user, uid, home = (shlex.quote(str(v)) for v in image_account(plan))
+    return ("RUN set -eu; "
+            f"old=\"$(getent passwd {uid} || :)\"; old=\"${{old%%:*}}\"; "
+            f"group=\"$(getent group {uid} || :)\"; group=\"${{group%%:*}}\"; "
+            f"if [ -z \"$group\" ]; then groupadd --gid {uid} {user}; "
+            f"elif [ \"$group\" != {user} ]; then groupmod --new-name {user} \"$group\"; fi; "
+            f"if [ -z \"$old\" ]; then useradd --create-home --home-dir {home} --shell /bin/bash --uid {uid} "
+            f"--gid {uid} {user}; "
+            f"else usermod --login {user} --home {home} --move-home --shell /bin/bash --gid {uid} --groups '' "
+            f"--lock \"$old\"; fi")
 
 
 def naive_dockerfile(plan, groups) -> str:  # type: ignore[no-untyped-def]
@@ -42,7 +59,7 @@ def naive_dockerfile(plan, groups) -> str:  # type: ignore[no-untyped-def]
         lines.append(f"RUN {plan.python.venv}/bin/pip install --no-index --find-links /tmp/wheels/{g.name} "
                      f"-r /tmp/wheels/{g.name}/requirements.txt")
     lines += ["COPY provision/ /opt/provision/lib/provision/", "COPY docker/ /opt/provision/bin/",
-              f"RUN useradd -m -u 1000 {plan.user}", f"USER {plan.user}",
+              naive_account(plan), f"USER {plan.user}",
               f'CMD ["{plan.python.venv}/bin/jupyter", "lab", "--ip=0.0.0.0"]']
     return "\n".join(lines) + "\n"
 

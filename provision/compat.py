@@ -39,6 +39,9 @@ class GPU(_Row):
     fp16_tflops: float | None
     fp64_tflops: float | None
     tdp_w: float
+    cores: int | None = None  # CUDA cores: with boost_mhz, the FP32 peak is cores x boost x 2 (tests/data checks it)
+    boost_mhz: float | None = None
+    nvswitch_gpus: int | None = None  # GPUs on the vendor's NVSwitch baseboard (HGX/DGX): Fabric Manager at that count
 
     @property
     def sm(self) -> str:
@@ -73,6 +76,7 @@ class Cudnn(_Row):
     cuda_max: str
     min_cc: str
     max_cc: str
+    uncertain_cc: tuple[str, ...] = ()  # compute capabilities whose support is the uncertain part of the row
 
 
 class PypiCuda(_Row):
@@ -163,6 +167,11 @@ class TorchRow(_Row):
     ptx: str | None
     pypi_default: bool
     numpy_major: int
+    # PyPI's aarch64 wheels of this release are CUDA builds (their nvidia-* requirements hold on aarch64). False: the
+    # aarch64 wheel is CPU-only (the nvidia-* requirements carry platform_machine == "x86_64" markers).
+    aarch64_cuda: bool = False
+    arch_from: str | None = None  # where arch/ptx were read from, when from the wheel's own binaries
+    pins: tuple[str, ...] = ()  # NVIDIA wheels its Requires-Dist pins where they differ from pypi.yaml's CUDA row
 
 
 class TFRow(_Row):
@@ -174,6 +183,8 @@ class TFRow(_Row):
     min_cc: str
     cpu_flags: tuple[str, ...]
     requirement: str
+    numpy_major: int = 2  # the numpy major the wheels accept (TF < 2.18 requires numpy < 2)
+    aarch64_cuda: bool = False  # tensorflow[and-cuda] brings CUDA wheels on aarch64 too
 
 
 class JetPack(_Row):
@@ -190,12 +201,13 @@ class JetPack(_Row):
 
 class JetsonTorch(_Row):
     jetpack: str
-    version: str
+    version: str  # the wheel's own version (its file name), e.g. 2.5.0a0+872d972e41.nv24.08.17622132
     cuda: str
     cudnn: str
     arch: tuple[str, ...]
-    requirement: str
-    index_url: str
+    python: str  # the one CPython the wheel is built for (cp310)
+    url: str  # NVIDIA's directory is not a PEP 503 index: the wheel is planned as a direct reference
+    sha256: str | None = None  # None: the file could not be hashed from here; the plan refuses it
 
 
 class ColabFramework(BaseModel):
@@ -220,12 +232,30 @@ class ColabRuntime(_Row):
 
 
 class Instance(_Row):
+    provider: Literal["aws", "gcp", "azure"]
     instance_type: str
     gpu: str
     gpus: int
     vcpu: int
     ram_gib: float
-    usd_hr: float
+    usd_hr: float | None = None  # on-demand list price where a source gives one
+    interconnect: Literal["pcie", "nvlink", "nvswitch"] = "pcie"
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+
+
+class FabricManager(BaseModel):
+    """NVIDIA Fabric Manager packages for one OS and driver branch (NVSwitch systems: CUDA does not initialise
+    without it, and its version must equal the driver's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    os_id: str
+    branch: str
+    source: str
+    packages: tuple[str, ...]
+    service: str
+    source_url: str
+    checked: str
+    confidence: str | None = None
 
 
 class BaseImage(_Row):
@@ -244,6 +274,10 @@ class Policy(BaseModel):
     fp16_slow_ratio: float
     cuda_home: dict[str, str]
     venv: str
+    # `compare`: machines whose GPU memory or FP32 rate differ by more than this factor are not compared
+    compare_within: float = 2.0
+    # `compare`: a break-even beyond this many hours of use is no break-even (5 years of round-the-clock use)
+    break_even_horizon_h: float = 43800
 
 
 class CompatDB(BaseModel):
@@ -261,18 +295,21 @@ class CompatDB(BaseModel):
     tools: tuple[Tool, ...] = ()
     systems: tuple[OSRow, ...] = ()
     drivers: tuple[DriverPkg, ...] = ()
+    fabricmanager: tuple[FabricManager, ...] = ()
     cuda_pkgs: tuple[CudaPkg, ...] = ()
     nvidia_repo: NvidiaRepo | None = None
     torch: tuple[TorchRow, ...] = ()
     torch_index_url: str = "https://download.pytorch.org/whl/{variant}"
+    pypi_index_url: str = "https://pypi.org/simple"
     tensorflow: tuple[TFRow, ...] = ()
     jetpack: tuple[JetPack, ...] = ()
     jetson_torch: tuple[JetsonTorch, ...] = ()
     colab: tuple[ColabRuntime, ...] = ()
-    aws: tuple[Instance, ...] = ()
+    instances: tuple[Instance, ...] = ()  # AWS, Google Cloud and Azure GPU instance types
     images: tuple[BaseImage, ...] = ()
     image_registry: str = "nvidia/cuda"
     image_tag: str = "{full}-{cudnn_flavour}-{kind}-ubuntu{ubuntu}"
+    image_tag_without_cudnn: str = "{full}-{kind}-ubuntu{ubuntu}"
     policy: Policy | None = None
 
     # --- look-ups -------------------------------------------------------------------------------------------
@@ -302,7 +339,14 @@ class CompatDB(BaseModel):
         return next((c for c in self.cudnn if c.version == version), None)
 
     def instance(self, instance_type: str) -> Instance | None:
-        return next((i for i in self.aws if i.instance_type == instance_type), None)
+        return next((i for i in self.instances if i.instance_type == instance_type), None)
+
+    @property
+    def aws(self) -> tuple[Instance, ...]:
+        return tuple(i for i in self.instances if i.provider == "aws")
+
+    def fabric_manager(self, os_id: str, branch: str) -> FabricManager | None:
+        return next((f for f in self.fabricmanager if f.os_id == os_id and f.branch == branch), None)
 
     def jetpack_release(self, jetpack: str) -> JetPack | None:
         return next((j for j in self.jetpack if j.jetpack == jetpack), None)
@@ -392,18 +436,21 @@ def _read_db(root: Path) -> CompatDB:
             tools=pypi["tools"],
             systems=os_["systems"],
             drivers=os_["drivers"],
+            fabricmanager=os_.get("fabricmanager", ()),
             cuda_pkgs=os_["cuda"],
             nvidia_repo=os_["nvidia_repo"],
             torch=torch["rows"],
             torch_index_url=torch["index_url"],
+            pypi_index_url=pypi["index"]["url"],
             tensorflow=tf["rows"],
             jetpack=plat["jetpack"],
             jetson_torch=plat["jetson_pytorch"],
             colab=plat["colab"],
-            aws=cloud["aws"],
+            instances=[{**row, "provider": provider} for provider in ("aws", "gcp", "azure") for row in cloud[provider]],
             images=images["rows"],
             image_registry=images["registry"],
             image_tag=images["tag"],
+            image_tag_without_cudnn=images["tag_without_cudnn"],
             policy=policy["policy"],
         )
     except (OSError, KeyError, ValidationError) as exc:

@@ -47,6 +47,41 @@ def cost_line(profile: Profile, plan: Plan, db: CompatDB) -> CostLine:
     )
 
 
+def comparable(owned: CostLine, rented: CostLine, within: float) -> str | None:
+    """Why two machines are not like for like (GPU memory or FP32 rate more than `within` times apart), or None."""
+    for what, a, b, unit in (("GPU memory", owned.vram_gb, rented.vram_gb, "GB"),
+                             ("FP32 rate", owned.fp32_tflops, rented.fp32_tflops, "TFLOPS")):
+        if a <= 0 or b <= 0 or max(a, b) / min(a, b) > within:
+            return f"{what} {a:g} vs {b:g} {unit} differ by more than {within:g}x"
+    return None
+
+
+def compare_pairs(lines: list[CostLine], within: float, horizon_h: float) -> list[dict]:
+    """Owning one machine against renting another, for like-for-like pairs only. break_even_hours is None when
+    owning never costs less within `horizon_h` hours of use (the verdict says which)."""
+    out = []
+    for o in lines:
+        for r in lines:
+            if o is r or o.purchase_usd is None or r.rent_usd_hr is None:
+                continue
+            unlike = comparable(o, r, within)
+            hours = None if unlike else break_even_hours(o, r)
+            if unlike:
+                verdict = f"owning {o.profile} is not compared with renting {r.profile}: {unlike}"
+            elif hours is None:
+                verdict = f"no break-even: owning {o.profile} never beats renting {r.profile} (rent is below the power bill)"
+            elif hours > horizon_h:
+                verdict = (f"no break-even within {horizon_h:,.0f} h of use: owning {o.profile} would need {hours:,.0f} h "
+                           f"to cost less than renting {r.profile}")
+                hours = None
+            else:
+                verdict = (f"after {hours:,.0f} h ({hours / 24:,.0f} days of 24 h use) owning {o.profile} costs less "
+                           f"than renting {r.profile}")
+            out.append({"own": o.profile, "rent": r.profile, "break_even_hours": hours, "comparable": unlike is None,
+                        "verdict": verdict})
+    return out
+
+
 def break_even_hours(owned: CostLine, rented: CostLine) -> float | None:
     """Hours of use after which buying `owned` costs less than renting `rented` (None when it never does)."""
     if owned.purchase_usd is None or rented.rent_usd_hr is None:

@@ -314,10 +314,24 @@ class Diagnosis:
         if best:
             lines.append(f"profile: {best.profile} matches ({best.path})")
         else:
-            lines.append("profile: no shipped profile matches this machine; write one with --write PATH")
+            lines.append(f"profile: {self.next_step()}")
         lines += [f"note:    {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
+
+
+    def next_step(self) -> str:
+        """What to do when no shipped profile matches: only what `doctor --write` can do here is offered."""
+        m = self.machine
+        by_hand = ("write a profile by hand for the machine that has the GPU: copy the closest of profiles/*.yaml, "
+                   "change hardware: and target:, check it with `provision validate FILE` (`provision schema` "
+                   "lists every field)")
+        if not m.gpus:
+            return f"no NVIDIA GPU here, so doctor cannot write a profile for this machine; {by_hand}"
+        if m.distribution not in ("debian", "ubuntu") or not m.release:
+            return (f"no shipped profile matches, and profiles support Debian and Ubuntu only (this is "
+                    f"{m.os_name or 'an unknown OS'}); {by_hand}")
+        return "no shipped profile matches this machine; write one with --write PATH"
 
 
 def match_profiles(machine: Machine, profiles: list[tuple[Path, Any]], db: Any = None) -> list[Match]:

@@ -14,6 +14,36 @@ EXIT_FAILED = 1  # a run or a check ran and failed (a host failed, a verificatio
 EXIT_INPUT = 2  # the request was refused before anything was touched (bad profile, impossible stack, bad args)
 EXIT_EXTERNAL = 3  # an external tool or service could not do its part (Docker daemon down, host unreachable)
 EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15), stopped the same way as Ctrl-C
+
+
+SHOW_CHARS = 200  # the most of a value an error line repeats: enough to recognise it, never a page
+
+
+def printable(text: str) -> str:
+    """`text` with control and format characters escaped (newline as \\n, ESC as \\x1b, U+202E as \\u202e): an
+    error line stays one line, and escape sequences from a file never reach the terminal raw."""
+    import unicodedata
+
+    out = []
+    for ch in text:
+        if ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def show(value: object, limit: int = SHOW_CHARS) -> str:
+    """A value as an error line repeats it: as text, control characters escaped, at most `limit` characters of it
+    (and how long it was when it is cut)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > limit:
+        return printable(text[:limit]) + f"... ({len(text)} characters)"
+    return printable(text)
 
 
 @dataclass(frozen=True)
@@ -39,7 +69,7 @@ class Problem:
         text = where + (f"{self.field}: " if self.field else "") + self.message
         if self.hint:
             text += f" ({self.hint})"
-        return text
+        return printable(text)
 
 
 class ProvisionError(Exception):
@@ -48,7 +78,7 @@ class ProvisionError(Exception):
     exit_code = EXIT_FAILED
 
     def lines(self) -> list[str]:
-        return [str(self)]
+        return [printable(str(self))]
 
 
 @dataclass
@@ -83,7 +113,7 @@ class IncompatibleError(ProvisionError):
         return text
 
     def lines(self) -> list[str]:
-        return [self.render()]
+        return [printable(self.render())]
 
 
 class UsageError(ProvisionError):

@@ -23,6 +23,7 @@ from typing import Any
 
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, ProvisionError, RunnerError, UsageError
 from provision.models import Plan
+from provision.state import StateError, write_record
 
 PROFILE_VAR = "provision_profile"
 OS_VAR = "provision_os"
@@ -38,6 +39,7 @@ class Group:
     os: str | None
     hosts: list[str]
     hostvars: dict[str, dict[str, Any]] = field(default_factory=dict)  # as the inventory gives them
+    frameworks_skipped: bool = False  # recorded by the apply these hosts are checked against (check_groups)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class HostResult:
     message: str = ""
     verify: dict[str, Any] | None = None
     installed: dict[str, Any] | None = None
+    unpredicted: list[str] = field(default_factory=list)  # --check: what the roles could not predict
 
     def to_state(self) -> dict[str, Any]:
         return {"result": self.result, "profile": self.profile, "step": self.step, "message": self.message}
@@ -83,7 +86,8 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def inventory_hostvars(inventory: Path | dict[str, Any], limit: str | None = None) -> dict[str, dict[str, Any]]:
+def inventory_hostvars(inventory: Path | dict[str, Any], limit: str | None = None, *,
+                       vault_password_file: Path | None = None) -> dict[str, dict[str, Any]]:
     """Every host the inventory (static file, plugin config or a dict) names, with its variables, after --limit."""
     if isinstance(inventory, dict):
         hosts: dict[str, dict[str, Any]] = {}
@@ -102,6 +106,8 @@ def inventory_hostvars(inventory: Path | dict[str, Any], limit: str | None = Non
             hosts = {h: v for h, v in hosts.items() if h in wanted}
         return hosts
     cmd = [_bin("ansible-inventory"), "-i", str(inventory), "--list"]
+    if vault_password_file:
+        cmd += ["--vault-password-file", str(vault_password_file)]
     if limit:
         cmd += ["--limit", limit]
     try:
@@ -151,8 +157,19 @@ def find_profile(value: str, inventory: Path | None) -> Path:
     raise UsageError(f"{PROFILE_VAR} '{value}' not found (looked for {', '.join(str(c) for c in candidates)})")
 
 
+def profile_label(value: str, path: Path) -> str:
+    """A provision_profile value as the summary shows it: a shipped profile by the name the user wrote (`deskmini`,
+    not the path inside the installed package), any other file as pipeline.display_path gives it."""
+    from provision.pipeline import display_path
+    from provision.resources import share_dir
+
+    if "/" not in value and path.resolve().parent == share_dir("profiles").resolve():
+        return value
+    return display_path(path)
+
+
 def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_override: str | None,
-           inventory: Path | None) -> list[Group]:
+           inventory: Path | None, *, indexes: dict[str, Any] | None = None) -> list[Group]:
     """Group the hosts by (profile, OS) and resolve each group's Plan. Any refusal stops here, before any host is
     touched, and names the hosts it concerns."""
     from provision.pipeline import display_path, plan_for
@@ -161,6 +178,7 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
         raise UsageError(f"{inventory or 'the inventory'}: no hosts to apply to (check the inventory and --limit)")
     keyed: dict[tuple[str, str | None], list[str]] = {}
     paths: dict[str, Path] = {}
+    shown: dict[str, str] = {}  # what the summary and the records call the profile
     missing = []
     for host, hv in sorted(hostvars.items()):
         value = hv.get(PROFILE_VAR)
@@ -182,6 +200,7 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
             raise UsageError(f"{inventory}: host {host}: {OS_VAR} must be a string such as debian-13")
         label = display_path(path)
         paths[label] = path
+        shown.setdefault(label, profile_label(value, path) if value else label)
         keyed.setdefault((label, host_os), []).append(host)
     if missing:
         raise UsageError(f"no profile for host(s) {', '.join(missing)}: give PROFILE on the command line or set "
@@ -189,14 +208,26 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
     groups = []
     for (label, host_os), hosts in keyed.items():
         try:
-            plan = plan_for(paths[label], os_override=host_os)
+            plan = plan_for(paths[label], os_override=host_os, indexes=indexes)  # indexes: --index overrides
         except ProvisionError as exc:
             if hasattr(exc, "where") and len(keyed) > 1:  # IncompatibleError: say which hosts it concerns
                 exc.where = f"{exc.where or label} (hosts {', '.join(hosts)})"
             raise
-        groups.append(Group(plan=plan, profile=label, os=host_os, hosts=hosts,
+        groups.append(Group(plan=plan, profile=shown[label], os=host_os, hosts=hosts,
                             hostvars={h: hostvars[h] for h in hosts}))
+    _require_secrets(groups, inventory)
     return groups
+
+
+def _require_secrets(groups: list[Group], inventory: Path | None) -> None:
+    """A plan whose Jupyter logs in with a password needs that password from the inventory (vaulted or not; the role
+    stores only its hash): refused here, before any host is touched, not by the role's assert halfway through."""
+    missing = [h for g in groups if g.plan.jupyter.enabled and g.plan.jupyter.auth == "password"
+               for h in g.hosts if not g.hostvars.get(h, {}).get("jupyter_password")]
+    if missing:
+        raise UsageError(f"{inventory or 'the sandbox'}: host(s) {', '.join(missing)}: jupyter.auth is 'password' "
+                         "and no jupyter_password is set for them: add it to the inventory (encrypted: "
+                         "ansible-vault encrypt_string --stdin-name jupyter_password), or use auth: token")
 
 
 def forks_for(hosts: int) -> int:
@@ -217,73 +248,99 @@ def apply_groups(
     on_start: Callable[[str], None] | None = None,
     keep_dir: Path | None = None,
     sandboxes: list[str] | None = None,
+    become_password: str | None = None,
+    vault_password_file: Path | None = None,
 ) -> FleetResult:
     """Render one playbook for every group and run it once. Records what each host got on the controller."""
     import tempfile
 
-    from provision import state
+    from provision import procs, state
     from provision.render.ansible import plan_digest, render_fleet
     from provision.runners.ansible import run_playbook
 
     targets = {h: g for g in groups for h in g.hosts}
     fleet = FleetResult(groups=groups)
-    if sandboxes:  # sandbox hosts share the controller's wheelhouse: fill it once for every plan
-        from provision.sandbox import fill_wheelhouse
+    record_failed: StateError | None = None
+    # One apply at a time per inventory and per host on this controller: a second one is refused, naming the first
+    # (procs.exclusive), instead of racing it on the same hosts. The kernel drops the locks if this process dies.
+    where = f"sandbox {inventory_key[8:]}" if inventory_key.startswith("sandbox:") else inventory_key
+    locks = {f"inventory-{state.run_key(inventory_key)}.lock": where}
+    locks |= {f"host-{state.run_key(h)}.lock": f"host {h}" for h in targets}
+    with procs.exclusive(locks, directory=state.state_dir() / "locks"):
+        if sandboxes:  # sandbox hosts share the controller's wheelhouse: fill it once for every plan
+            from provision.sandbox import fill_wheelhouse
 
-        for group in groups:
-            if set(group.hosts) & set(sandboxes):
-                fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=on_start)
-    single = len(groups) == 1
-    with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
-        work = keep_dir or Path(tmp)
-        files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
-                             skip_frameworks=skip_frameworks)
-        started = time.monotonic()
-        try:
-            run = run_playbook(work, files["inventory"], limit=",".join(sorted(targets)), check=check, diff=diff,
-                               tags=tags, forks=forks_for(len(targets)), on_task=on_task, on_start=on_start)
-        except KeyboardInterrupt:
+            for group in groups:
+                if set(group.hosts) & set(sandboxes):
+                    fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=on_start)
+        single = len(groups) == 1
+        with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
+            work = keep_dir or Path(tmp)
+            files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
+                                 skip_frameworks=skip_frameworks)
+            started = time.monotonic()
+            try:
+                # A file inventory is used where it is: its group_vars/, host_vars/ and plugin name (aws_ec2.yml)
+                # only mean something there.
+                inv_path = inventory if isinstance(inventory, Path) else files["inventory"]
+                run = run_playbook(work, inv_path, limit=",".join(sorted(targets)), check=check, diff=diff,
+                                   tags=tags, forks=forks_for(len(targets)), on_task=on_task, on_start=on_start,
+                                   become_password=become_password, vault_password_file=vault_password_file)
+            except KeyboardInterrupt:
+                if not check:
+                    state.write_run(inventory_key, {h: HostResult(h, targets[h].profile, "interrupted",
+                                                                  message="the apply was interrupted").to_state()
+                                                    for h in targets})
+                raise
+            fleet.seconds, fleet.status, fleet.task_seconds = time.monotonic() - started, run.status, run.task_seconds
+            reports = work / "reports"
+            for host, group in targets.items():
+                stats = run.hosts.get(host)
+                step, msg = run.host_failures.get(host, ("", ""))
+                if stats is None:
+                    result = "not run"
+                    msg = msg or "Ansible did not reach this host (see the lines above)"
+                elif stats.unreachable:
+                    result = "unreachable"
+                elif stats.failed or step:
+                    result = "failed"
+                else:
+                    result = "ok"
+                hr = HostResult(host, group.profile, result, changed=stats.changed if stats else 0, step=step, message=msg,
+                                unpredicted=run.unpredicted.get(host, []))
+                verify_file, record_file = reports / host / "verify.json", reports / host / "applied.json"
+                if verify_file.is_file():
+                    hr.verify = _read_json(verify_file)
+                if record_file.is_file():
+                    hr.installed = _read_json(record_file)
+                fleet.hosts[host] = hr
+                if result == "ok" and not check:
+                    record_failed = record_failed or _write_record(host, {
+                        "profile": group.profile,
+                        "os": group.os,
+                        "digest": plan_digest(group.plan),
+                        "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "tags": tags,
+                        "frameworks_skipped": skip_frameworks,
+                        "plan": group.plan.model_dump(mode="json"),
+                        "installed": {k: (hr.installed or {}).get(k, {}) for k in ("packages", "wheels")},
+                        "verify": hr.verify,
+                    })
             if not check:
-                state.write_run(inventory_key, {h: HostResult(h, targets[h].profile, "interrupted",
-                                                              message="the apply was interrupted").to_state()
-                                                for h in targets})
-            raise
-        fleet.seconds, fleet.status, fleet.task_seconds = time.monotonic() - started, run.status, run.task_seconds
-        reports = work / "reports"
-        for host, group in targets.items():
-            stats = run.hosts.get(host)
-            step, msg = run.host_failures.get(host, ("", ""))
-            if stats is None:
-                result = "not run"
-                msg = msg or "Ansible did not reach this host (see the lines above)"
-            elif stats.unreachable:
-                result = "unreachable"
-            elif stats.failed or step:
-                result = "failed"
-            else:
-                result = "ok"
-            hr = HostResult(host, group.profile, result, changed=stats.changed if stats else 0, step=step, message=msg)
-            verify_file, record_file = reports / host / "verify.json", reports / host / "applied.json"
-            if verify_file.is_file():
-                hr.verify = _read_json(verify_file)
-            if record_file.is_file():
-                hr.installed = _read_json(record_file)
-            fleet.hosts[host] = hr
-            if result == "ok" and not check:
-                state.write_record(host, {
-                    "profile": group.profile,
-                    "os": group.os,
-                    "digest": plan_digest(group.plan),
-                    "applied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "tags": tags,
-                    "frameworks_skipped": skip_frameworks,
-                    "plan": group.plan.model_dump(mode="json"),
-                    "installed": {k: (hr.installed or {}).get(k, {}) for k in ("packages", "wheels")},
-                    "verify": hr.verify,
-                })
-        if not check:
-            state.write_run(inventory_key, {h: r.to_state() for h, r in fleet.hosts.items()})
+                # The run's results are written even when a host's record could not be (a full disk): `--failed`
+                # needs them. Then the first record that failed is reported (exit 3).
+                state.write_run(inventory_key, {h: r.to_state() for h, r in fleet.hosts.items()})
+                if record_failed:
+                    raise record_failed
     return fleet
+
+
+def _write_record(host: str, record: dict[str, Any]) -> StateError | None:
+    try:
+        write_record(host, record)
+    except StateError as exc:
+        return exc
+    return None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -307,19 +364,126 @@ def verify_line(report: dict[str, Any] | None) -> str:
     return text
 
 
+def verify_verdict(report: dict[str, Any] | None) -> str:
+    """The verifier's verdict in a few words, for the summary table (verify_line, under the table, has the figures)."""
+    if not report:
+        return "no verify report"
+    return f"verify {report.get('status', '?')}" + (" (compile-only)" if report.get("mode") == "compile-only" else "")
+
+
+def summary_rows(fleet: FleetResult, *, check: bool = False) -> list[tuple[str, str, str, str, str]]:
+    """The apply summary's table, short cells only: host, profile, result, changed, the failed step or the verdict.
+    The long texts (a failure's cause, the verifier's figures) are summary_lines', printed under the table."""
+    rows = []
+    for host, r in sorted(fleet.hosts.items()):
+        short = (r.step or r.result) if r.result != "ok" else ("" if check else verify_verdict(r.verify))
+        rows.append((host, r.profile, r.result, str(r.changed), short))
+    return rows
+
+
+def summary_lines(fleet: FleetResult, *, check: bool = False) -> tuple[list[str], list[str]]:
+    """(details, failures) to print under the summary table, one line per host each: the verifier's verdict with its
+    figures for a host that succeeded, and `failed: HOST: STEP: CAUSE` for one that did not."""
+    details = [f"{host}: {verify_line(r.verify)}" for host, r in sorted(fleet.hosts.items())
+               if r.result == "ok" and not check]
+    failures = [f"failed: {host}: {r.step or r.result}: {r.message}" for host, r in sorted(fleet.hosts.items())
+                if r.result != "ok"]
+    if check:  # a dry run says what it could not predict, host by host, step by step
+        details += [f"{host}: --check cannot predict: {what}" for host, r in sorted(fleet.hosts.items())
+                    for what in r.unpredicted]
+    return details, failures
+
+
+def check_groups(hostvars: dict[str, dict[str, Any]], inventory: Path | None, *,
+                 os_override: str | None = None) -> list[Group]:
+    """`provision check` without PROFILE: each host against the Plan and options (--os, --skip-frameworks) its last
+    `provision apply` recorded on this controller (provision.state). A host with no record is checked against its
+    inventory's provision_profile (with --os, as apply would plan it); a host with neither is refused by name before
+    anything is touched."""
+    from pydantic import ValidationError
+
+    from provision import state
+
+    where = inventory or "the inventory"
+    if not hostvars:
+        raise UsageError(f"{where}: no hosts to check (check the inventory and --limit)")
+    keyed: dict[tuple[str, str | None, str, bool], Group] = {}
+    unrecorded: dict[str, dict[str, Any]] = {}
+    for host, hv in sorted(hostvars.items()):
+        record = state.read_record(host)
+        if record is None:
+            unrecorded[host] = hv
+            continue
+        try:
+            plan = Plan.model_validate(record.get("plan"))
+        except ValidationError:
+            raise UsageError(f"host {host}: the record of its last apply ({state.record_path(host)}) does not hold a "
+                             "plan this provision can read: run `provision apply` on it again, or give PROFILE") from None
+        if os_override and os_override != plan.target.os_id:
+            raise UsageError(f"host {host}: its last apply planned {plan.target.os_id}, not --os {os_override}: "
+                             "leave --os out to check what was applied, or give PROFILE to check a new plan")
+        skipped = bool(record.get("frameworks_skipped"))
+        profile = str(record.get("profile") or plan.profile)
+        key = (profile, record.get("os"), json.dumps(record.get("plan"), sort_keys=True), skipped)
+        group = keyed.setdefault(key, Group(plan=plan, profile=profile, os=record.get("os"), hosts=[],
+                                            frameworks_skipped=skipped))
+        group.hosts.append(host)
+        group.hostvars[host] = hv
+    without = sorted(h for h, hv in unrecorded.items() if not hv.get(PROFILE_VAR))
+    if without:
+        raise UsageError(f"no record of an apply on host(s) {', '.join(without)} in {state.state_dir()} and no "
+                         f"PROFILE: run `provision apply` on them first, or give PROFILE (or set {PROFILE_VAR} for "
+                         f"them in {where})")
+    groups = list(keyed.values())
+    if unrecorded:
+        groups += assign(unrecorded, None, os_override, inventory)
+    return groups
+
+
+def check_targets(inventory: Path | None, sandbox: str | None, *, limit: str | None = None,
+                  os_override: str | None = None,
+                  vault_password_file: Path | None = None) -> tuple[list[Group], Path | dict[str, Any]]:
+    """(groups, inventory) for `provision check -i INVENTORY` or `--sandbox NAME` given no PROFILE (check_groups)."""
+    if inventory and sandbox:
+        raise UsageError("give either --inventory or --sandbox, not both")
+    if sandbox:
+        from provision import sandbox as sandboxes
+
+        groups = check_groups({sandbox: {}}, None, os_override=os_override)
+        if not sandboxes.is_running(sandbox):
+            raise UsageError(f"sandbox {sandbox} is not running; run `provision apply ... --sandbox {sandbox}` first")
+        return groups, sandboxes.inventory([sandbox])
+    if inventory is None:
+        from provision.resources import share_dir
+
+        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
+    if not inventory.is_file():
+        raise UsageError(f"{inventory}: inventory file not found")
+    inventory = inventory.resolve()
+    hostvars = inventory_hostvars(inventory, limit, vault_password_file=vault_password_file)
+    return check_groups(hostvars, inventory, os_override=os_override), inventory
+
+
 def check_hosts(groups: list[Group], inventory: Path | dict[str, Any], hosts: list[str], *,
-                skip_frameworks: bool = False, echo: Callable[[str], None] | None = None) -> dict[str, int]:
-    """`provision check` on each host (testinfra, one process per host, a few at a time). Returns host -> exit code."""
+                skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
+                become_password: str | None = None, vault_password_file: Path | None = None) -> dict[str, int]:
+    """`provision check` on each host (testinfra, one process per host, a few at a time). Returns host -> exit code.
+    A host's framework checks are left out with --skip-frameworks or when its group says the apply skipped them."""
     from concurrent.futures import ThreadPoolExecutor
 
     from provision.apply import Hosts, run_check
 
     by_host = {h: g for g in groups for h in g.hosts if h in hosts}
     lines: dict[str, list[str]] = {h: [] for h in by_host}
+    # A dict inventory (a sandbox's) is read here; a file's variables came with the groups (ansible-inventory).
+    dict_vars = inventory_hostvars(inventory) if isinstance(inventory, dict) else {}
 
     def one(host: str) -> int:
-        return run_check(by_host[host].plan, Hosts(inventory=inventory), only=[host], skip_frameworks=skip_frameworks,
-                         echo=lines[host].append)
+        group = by_host[host]
+        hostvars = dict_vars.get(host) if isinstance(inventory, dict) else group.hostvars.get(host)
+        return run_check(group.plan, Hosts(inventory=inventory), host, hostvars=hostvars,
+                         skip_frameworks=skip_frameworks or group.frameworks_skipped, echo=lines[host].append,
+                         become_password=become_password, vault_password_file=vault_password_file)
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, len(by_host)))) as pool:
         codes = dict(zip(by_host, pool.map(one, by_host), strict=True))

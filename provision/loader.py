@@ -8,16 +8,20 @@ All problems found are reported together, one per line.
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from provision.compat import CompatDB
-from provision.errors import Problem, ProfileError
-from provision.models import Profile
+from provision.errors import Problem, ProfileError, show
+from provision.models import Plan, Profile
+from provision.plan_rules import dotted
 
-MAX_BYTES = 256 * 1024  # a profile is a page of YAML; anything near this is not one
+MAX_BYTES = 1024 * 1024  # a profile is a page of YAML; anything near this is not one
 MAX_NODES = 5000
 MAX_DEPTH = 32
 
@@ -26,11 +30,12 @@ Path_ = tuple[str | int, ...]
 
 
 class _Doc:
-    """Plain data built from YAML nodes, plus the position of every key and value."""
+    """Plain data built from YAML events, plus the position of every key and value and the text of every scalar."""
 
     def __init__(self, file: str) -> None:
         self.file = file
         self.positions: dict[Path_, Pos] = {}
+        self.sources: dict[Path_, tuple[str, str]] = {}  # path -> (the scalar as written, its quoting style)
         self.problems: list[Problem] = []
         self.nodes = 0
 
@@ -38,66 +43,72 @@ class _Doc:
         line, col = pos if pos else (None, None)
         self.problems.append(Problem(message, file=self.file, line=line, column=col, field=field, hint=hint))
 
-    def build(self, node: Any, path: Path_, depth: int, seen: set[int]) -> Any:
-        from yaml.nodes import MappingNode, ScalarNode, SequenceNode
-
-        self.nodes += 1
-        pos = (node.start_mark.line + 1, node.start_mark.column + 1)
-        self.positions.setdefault(path, pos)
-        if self.nodes > MAX_NODES or depth > MAX_DEPTH:
-            raise _Abort(
-                f"the document is too large or too deeply nested (over {MAX_NODES} values or {MAX_DEPTH} levels)", pos
-            )
-        if id(node) in seen:
-            raise _Abort("anchors and aliases (&name / *name) are not allowed in profiles: write the value out", pos)
-        seen.add(id(node))
-        if isinstance(node, MappingNode):
-            result: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, ScalarNode):
-                    raise _Abort(
-                        "mapping keys must be plain names",
-                        (key_node.start_mark.line + 1, key_node.start_mark.column + 1),
-                    )
-                key = str(key_node.value)
-                kpos = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-                if key in result:
-                    first = self.positions.get((*path, key))
-                    where = f" (first at line {first[0]})" if first else ""
-                    self.problem(f"duplicate key '{key}'{where}", kpos, _dotted((*path, key)), "keep one of them")
-                    continue
-                self.positions[(*path, key)] = kpos
-                result[key] = self.build(value_node, (*path, key), depth + 1, seen)
-                if isinstance(value_node, ScalarNode):  # point at the value itself: that is what is wrong
-                    self.positions[(*path, key)] = (value_node.start_mark.line + 1, value_node.start_mark.column + 1)
-            return result
-        if isinstance(node, SequenceNode):
-            return [self.build(item, (*path, i), depth + 1, seen) for i, item in enumerate(node.value)]
-        return _scalar(node)
+    def source(self, path: Path_) -> str | None:
+        """The scalar at `path` as the file spells it (`no`, `12.10`), when it was written unquoted."""
+        found = self.sources.get(tuple(path))
+        return found[0] if found and found[1] in ("", None) else None
 
 
 class _Abort(Exception):
-    def __init__(self, message: str, pos: Pos | None) -> None:
+    def __init__(self, message: str, pos: Pos | None, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.pos = pos
+        self.hint = hint
 
 
-def _scalar(node: Any) -> Any:
-    tag = str(node.tag or "")
-    value = node.value
-    if node.style:  # quoted: always a string
+_CORE = "tag:yaml.org,2002:"
+# Explicit tags a profile may carry: the core schema's own, and `!` (plain text). Anything else (!!python/name:,
+# !!binary, !!timestamp, !custom) is refused with its name rather than dropped.
+_TAGS_ALLOWED = {"!", *(_CORE + t for t in ("str", "int", "float", "bool", "null", "seq", "map"))}
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag[len(_CORE):] if tag.startswith(_CORE) else tag
+
+
+def _mark(event: Any) -> Pos:
+    return (event.start_mark.line + 1, event.start_mark.column + 1)
+
+
+def _check_node_event(event: Any, doc: _Doc, depth: int) -> None:
+    from yaml.events import AliasEvent
+
+    doc.nodes += 1
+    pos = _mark(event)
+    if doc.nodes > MAX_NODES:
+        raise _Abort(f"the document has over {MAX_NODES} values; a profile is a page of YAML", pos)
+    if depth > MAX_DEPTH:
+        raise _Abort(f"the document nests deeper than {MAX_DEPTH} levels; a profile needs a handful", pos)
+    if isinstance(event, AliasEvent) or event.anchor is not None:
+        raise _Abort("anchors and aliases (&name / *name) are not allowed in profiles: write the value out", pos)
+    tag = event.tag
+    if tag is not None and tag not in _TAGS_ALLOWED:
+        raise _Abort(f"the YAML tag {show(_short_tag(tag), 80)} is not allowed in a profile",
+                     pos, "remove the tag: a profile holds plain text, numbers, true/false, lists and mappings")
+
+
+def _scalar_value(event: Any, resolver: Any) -> Any:
+    from yaml.nodes import ScalarNode
+
+    value, tag = event.value, event.tag
+    if tag in (None, "!") and event.style not in ("", None):
+        return value  # quoted or a block scalar: always text
+    if tag == "!":
         return value
-    if tag.endswith(":null"):
+    if tag is None:
+        tag = resolver.resolve(ScalarNode, value, event.implicit)
+    kind = tag[len(_CORE):] if tag.startswith(_CORE) else "str"
+    if kind == "null":
         return None
-    if tag.endswith(":bool"):
-        return value.lower() in ("true", "yes", "on")
-    if tag.endswith(":int"):
+    if kind == "bool":
+        return value.lower() in ("true", "yes", "on", "y")
+    if kind == "int":
         try:
             return int(value.replace("_", ""), 0)
         except ValueError:
             return value
-    if tag.endswith(":float"):
+    if kind == "float":
         try:
             return float(value.replace("_", ""))
         except ValueError:
@@ -105,42 +116,125 @@ def _scalar(node: Any) -> Any:
     return value
 
 
-def _dotted(path: Path_) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (("." if text else "") + part)
-    return text
+def _compose(loader: Any, doc: _Doc) -> Any:
+    """Plain data from the parser's events, with an explicit stack: the nesting depth and the number of values are
+    checked as each event arrives, before anything deeper is read (100,000 `[` stop at the 33rd), and no recursion
+    in a parser or composer can overflow a C stack. Returns the document's root value (None: no document)."""
+    from yaml.events import (
+        CollectionStartEvent,
+        DocumentStartEvent,
+        MappingEndEvent,
+        MappingStartEvent,
+        NodeEvent,
+        ScalarEvent,
+        SequenceEndEvent,
+        StreamEndEvent,
+    )
+    from yaml.resolver import Resolver
+
+    resolver = Resolver()
+    root: Any = None
+    documents = 0
+    # Each frame: [container, path, pending key (mappings), key position, skip (a duplicate key's value)]
+    stack: list[list[Any]] = []
+
+    def place(value: Any, pos: Pos, scalar: bool) -> tuple[Path_, bool]:
+        """Where a new value goes; returns its path and whether it is a duplicate key's value (dropped)."""
+        nonlocal root
+        if not stack:
+            doc.positions.setdefault((), pos)
+            root = value
+            return (), False
+        frame = stack[-1]
+        container, path = frame[0], frame[1]
+        if isinstance(container, list):
+            item_path = (*path, len(container))
+            container.append(value)
+            doc.positions.setdefault(item_path, pos)
+            return item_path, False
+        key, skip = frame[2], frame[4]
+        frame[2], frame[4] = None, False
+        item_path = (*path, key)
+        if not skip:
+            container[key] = value
+            if scalar:  # point at the value itself: that is what is wrong
+                doc.positions[item_path] = pos
+        return item_path, skip
+
+    while True:
+        event = loader.get_event()
+        if isinstance(event, StreamEndEvent):
+            break
+        if isinstance(event, DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise _Abort("a profile is one YAML document; this file has more (a second `---`)", _mark(event),
+                             "keep one document per file")
+            continue
+        if isinstance(event, (SequenceEndEvent, MappingEndEvent)):
+            stack.pop()
+            continue
+        if not isinstance(event, NodeEvent):
+            continue
+        _check_node_event(event, doc, len(stack))
+        pos = _mark(event)
+        frame = stack[-1] if stack else None
+        if frame is not None and isinstance(frame[0], dict) and frame[2] is None:  # a mapping key
+            if not isinstance(event, ScalarEvent):
+                raise _Abort("mapping keys must be plain names", pos)
+            key = str(event.value)
+            if key in frame[0] or key in frame[5]:
+                first = doc.positions.get((*frame[1], key))
+                where = f" (first at line {first[0]})" if first else ""
+                doc.problem(f"duplicate key '{show(key, 80)}'{where}", pos, dotted((*frame[1], key)), "keep one of them")
+                frame[4] = True
+            else:
+                doc.positions[(*frame[1], key)] = pos
+            frame[5].add(key)
+            frame[2] = key
+            continue
+        if isinstance(event, ScalarEvent):
+            value = _scalar_value(event, resolver)
+            path, skip = place(value, pos, True)
+            if not skip:
+                doc.sources[path] = (event.value, event.style or "")
+        elif isinstance(event, CollectionStartEvent):
+            container: Any = {} if isinstance(event, MappingStartEvent) else []
+            path, skip = place(container, pos, False)
+            stack.append([container, path, None, pos, False, set()])
+    return root
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, _Doc]:
-    """Compose YAML text into plain data with positions. Raises ProfileError for syntax and structure problems.
+    """Parse YAML text into plain data with positions. Raises ProfileError for syntax and structure problems.
 
-    libyaml's composer (PyYAML's C loader) keeps each node's line and column at a fraction of the
-    start-up cost of a pure-Python parser; an alias composes to the node it names, which `_Doc.build` refuses on sight.
+    libyaml's parser (PyYAML's C loader) reads events with each one's line and column at a fraction of the cost
+    of a pure-Python parser; `_compose` builds the data from them with limits on depth and size, refusing
+    anchors, aliases and tags other than the core schema's as they come.
     """
     import yaml
 
     doc = _Doc(file)
     if not text.strip():
         raise ProfileError([Problem("the file is empty", file=file, hint="start from one of the shipped profiles/*.yaml")])
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
-        node = yaml.compose(text, Loader=loader)
+        data = _compose(loader, doc)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = (mark.line + 1, mark.column + 1) if mark else None
-        doc.problem(f"not valid YAML: {exc.problem or exc.context}", pos)
+        doc.problem(f"not valid YAML: {show(exc.problem or exc.context)}", pos)
         raise ProfileError(doc.problems) from None
     except yaml.YAMLError as exc:
-        doc.problem(f"not valid YAML: {str(exc).splitlines()[0]}", None)
+        doc.problem(f"not valid YAML: {show(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}", None)
         raise ProfileError(doc.problems) from None
-    if node is None:
-        raise ProfileError([Problem("the file has no content", file=file, hint="start from one of the shipped profiles/*.yaml")])
-    try:
-        data = doc.build(node, (), 0, set())
     except _Abort as exc:
-        doc.problem(exc.message, exc.pos)
+        doc.problem(exc.message, exc.pos, hint=exc.hint)
         raise ProfileError(doc.problems) from None
+    finally:
+        loader.dispose()
+    if data is None and not doc.positions:
+        raise ProfileError([Problem("the file has no content", file=file, hint="start from one of the shipped profiles/*.yaml")])
     if doc.problems:
         raise ProfileError(doc.problems)
     return data, doc
@@ -156,7 +250,34 @@ def _pos_for(doc: _Doc, loc: tuple[Any, ...]) -> Pos | None:
         path = path[:-1]
 
 
-def _message(err: dict[str, Any]) -> tuple[str, str | None]:
+# The patterns of models.Version and of driver_branch: fields that take one exact version.
+_VERSION_PATTERNS = {r"^[0-9]+(\.[0-9]+){0,3}$": "'12.6'", r"^[0-9]{3}$": "'580'"}
+
+
+def _as_written(err: dict[str, Any], doc: _Doc | None) -> str:
+    """The bad value as the user wrote it (`no`, `12.10`), not as YAML converted it (False, 12.1)."""
+    written = doc.source(tuple(err["loc"])) if doc is not None else None
+    if written is not None:
+        return show(written)
+    value = err.get("input")
+    return show(value if isinstance(value, str) else repr(value))
+
+
+def _version_hint(text: str, example: str) -> str:
+    lowered = text.strip().lower()
+    if lowered in ("latest", "newest", "stable", "any", "*", "auto"):
+        why = f"'{show(text, 40)}' is not a version"
+    elif any(op in text for op in ("*", "x", "X")) and any(c.isdigit() for c in text):
+        why = f"'{show(text, 40)}' is a pattern, not a version"
+    elif any(op in text for op in ("<", ">", "=", "~", "!", ",", "^")):
+        why = f"'{show(text, 40)}' is a range, not a version"
+    else:
+        return f"write one version, e.g. {example}"
+    return (f"{why}: a pin is one version, e.g. {example}, in quotes; leave the field out and the resolver "
+            "picks the newest that fits")
+
+
+def _message(err: dict[str, Any], doc: _Doc | None = None) -> tuple[str, str | None]:
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key", "remove it, or run `provision schema` for the keys a profile may have"
@@ -165,13 +286,23 @@ def _message(err: dict[str, Any]) -> tuple[str, str | None]:
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+    value = err.get("input")
+    written = _as_written(err, doc)
+    if kind == "string_type" and isinstance(value, (bool, int, float)):
+        what = "true/false" if isinstance(value, bool) else "a number"
+        converted = str(value).lower() if isinstance(value, bool) else repr(value)
+        return (f"{written} is read by YAML as {what} ({converted}), not as text",
+                f"put it in quotes: '{written}'")
     if kind == "string_pattern_mismatch":
-        return f"'{err.get('input')}' has characters that are not allowed here", "use letters, digits, '.', '-' and '_'"
+        example = _VERSION_PATTERNS.get(str((err.get("ctx") or {}).get("pattern")))
+        if example is not None:
+            return f"'{written}' is not a version", _version_hint(str(value), example)
+        return f"'{written}' has characters that are not allowed here", "use letters, digits, '.', '-' and '_'"
     if kind == "literal_error":
-        return f"'{err.get('input')}' is not one of the allowed values: {msg.split('Input should be ')[-1]}", None
+        return f"'{written}' is not one of the allowed values: {msg.split('Input should be ')[-1]}", None
     if "input" in err and kind not in ("model_type", "dict_type"):
-        return f"{msg} (got {err['input']!r})", None
-    return msg, None
+        return f"{show(msg)} (got {written})", None
+    return show(msg), None
 
 
 def _apply_os_override(data: Any, os_override: str | None, file: str) -> None:
@@ -193,6 +324,46 @@ def _apply_os_override(data: Any, os_override: str | None, file: str) -> None:
         target["os"] = {"distribution": distribution, "release": release}
 
 
+INDEX_NAMES = ("pypi", "pytorch")
+
+
+def parse_index_overrides(values: list[str] | tuple[str, ...] | None) -> dict[str, str | bool]:
+    """`--index NAME=URL|off` options -> {name: URL or False}. One Problem per bad option."""
+    import re
+
+    from provision.models import IndexURL
+
+    pattern = next(m.pattern for m in IndexURL.__metadata__ if getattr(m, "pattern", None))
+    out: dict[str, str | bool] = {}
+    problems = []
+    for value in values or ():
+        name, sep, url = value.partition("=")
+        name, url = name.strip(), url.strip()
+        if not sep or name not in INDEX_NAMES:
+            problems.append(Problem(f"--index '{show(value, 200)}': expected NAME=URL or NAME=off with NAME one of "
+                                    f"{', '.join(INDEX_NAMES)}", hint="e.g. --index pytorch=off, "
+                                    "--index pypi=https://devpi.example/root/pypi/+simple"))
+        elif url.lower() in ("off", "false", "no"):
+            out[name] = False
+        elif not re.fullmatch(pattern, url):
+            problems.append(Problem(f"--index {name}='{show(url, 200)}' is not an http(s) URL pip can use "
+                                    "(no spaces, quotes or shell characters)", hint=f"--index {name}=https://HOST/PATH or --index {name}=off"))
+        else:
+            out[name] = url
+    if problems:
+        raise ProfileError(problems)
+    return out
+
+
+def _apply_index_overrides(data: Any, indexes: dict[str, str | bool] | None) -> None:
+    if not indexes or not isinstance(data, dict):
+        return
+    software = data.setdefault("software", {})
+    if isinstance(software, dict):
+        merged = software.get("indexes") if isinstance(software.get("indexes"), dict) else {}
+        software["indexes"] = {**merged, **indexes}
+
+
 def validate_data(data: Any, doc: _Doc, db: CompatDB | None) -> Profile:
     """Validate plain data against the Profile model, then against the database (GPU, OS, instance type)."""
     file = doc.file
@@ -206,9 +377,9 @@ def validate_data(data: Any, doc: _Doc, db: CompatDB | None) -> Profile:
         problems = []
         for err in exc.errors(include_url=False):
             loc = tuple(err["loc"])
-            message, hint = _message(err)
+            message, hint = _message(err, doc)
             line, col = _pos_for(doc, loc) or (None, None)
-            problems.append(Problem(message, file=file, line=line, column=col, field=_dotted(loc) or None, hint=hint))
+            problems.append(Problem(message, file=file, line=line, column=col, field=dotted(loc) or None, hint=hint))
         raise ProfileError(problems) from None
     if db is not None:
         _check_against_db(profile, doc, db)
@@ -220,7 +391,7 @@ def _check_against_db(profile: Profile, doc: _Doc, db: CompatDB) -> None:
 
     def add(path: Path_, message: str, hint: str | None = None) -> None:
         line, col = _pos_for(doc, path) or (None, None)
-        problems.append(Problem(message, file=doc.file, line=line, column=col, field=_dotted(path), hint=hint))
+        problems.append(Problem(message, file=doc.file, line=line, column=col, field=dotted(path), hint=hint))
 
     gpu_name = profile.hardware.gpu.model
     if db.gpu(gpu_name) is None:
@@ -235,7 +406,7 @@ def _check_against_db(profile: Profile, doc: _Doc, db: CompatDB) -> None:
         known = ", ".join(s.os_id for s in db.systems)
         add(("target", "os"), f"no data for {os_id}", f"supported: {known}")
     if profile.target.instance_type and db.instance(profile.target.instance_type) is None:
-        names = [i.instance_type for i in db.aws]
+        names = [i.instance_type for i in db.instances]
         close = difflib.get_close_matches(profile.target.instance_type, names, n=1, cutoff=0.5)
         add(
             ("target", "instance_type"),
@@ -249,35 +420,123 @@ def _check_against_db(profile: Profile, doc: _Doc, db: CompatDB) -> None:
         raise ProfileError(problems)
 
 
-def load_profile(path: str | Path, *, os_override: str | None = None, db: CompatDB | None = None) -> Profile:
-    """Read, parse and validate a profile file. Raises ProfileError with one Problem per thing wrong."""
-    path = Path(path)
-    file = str(path)
+_KINDS = (
+    (stat.S_ISDIR, "a directory", "name a .yaml file in it"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)", "give a profile file; to pass generated YAML, write it to a file first"),
+    (stat.S_ISCHR, "a character device", "give a profile file"),
+    (stat.S_ISBLK, "a block device", "give a profile file"),
+    (stat.S_ISSOCK, "a socket", "give a profile file"),
+)
+
+
+def read_bounded(path: str | Path, *, limit: int = MAX_BYTES, what: str = "a profile") -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; anything else is one ProfileError line.
+
+    Checked with stat before opening (opening a device can have effects), opened without blocking (a FIFO with no
+    writer would wait for ever) and checked again on the descriptor (the name may have changed in between), then
+    read up to `limit` + 1 bytes: /dev/zero, a FIFO or a file that grows cannot make it read more than that.
+    """
+    file = show(str(path), 300)
+    hints = {
+        errno.ENOENT: ("no such file", "`ls profiles/` shows the shipped profiles"),
+        errno.EACCES: ("cannot read the file (permission denied)", None),
+        errno.EPERM: ("cannot read the file (operation not permitted)", None),
+        errno.ELOOP: ("too many levels of symbolic links (a symbolic link loop?)", "point the link at a profile file"),
+        errno.ENAMETOOLONG: ("the file name is too long", None),
+        errno.ENOTDIR: ("a part of the path is not a directory", None),
+    }
+
+    def refuse(message: str, hint: str | None = None) -> ProfileError:
+        return ProfileError([Problem(message, file=file, hint=hint)])
+
+    def check(st: os.stat_result) -> None:
+        for test, kind, hint in _KINDS:
+            if test(st.st_mode):
+                raise refuse(f"is {kind}, not a file", hint)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse("is not a regular file", "give a profile file")
+        if st.st_size > limit:
+            raise refuse(f"the file is {st.st_size} bytes; {what} is at most {limit}", f"is this really {what}?")
+
+    fd = -1
     try:
-        if path.is_dir():
-            raise ProfileError([Problem("is a directory, not a profile file", file=file, hint="name a .yaml file")])
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ProfileError(
-                [
-                    Problem(
-                        f"the file is {size} bytes; a profile is at most {MAX_BYTES}",
-                        file=file,
-                        hint="is this really a profile?",
-                    )
-                ]
-            )
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ProfileError(
-            [Problem("no such file", file=file, hint="`ls profiles/` shows the shipped profiles")]
-        ) from None
-    except PermissionError:
-        raise ProfileError([Problem("cannot read the file (permission denied)", file=file)]) from None
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        check(os.fstat(fd))
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise refuse(f"the file is over {limit} bytes; {what} is at most {limit}", f"is this really {what}?")
+        return b"".join(chunks)
+    except OSError as exc:
+        message, hint = hints.get(exc.errno or 0, (f"cannot read the file ({exc.strerror or type(exc).__name__})", None))
+        raise refuse(message, hint) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def decode_text(raw: bytes, file: str) -> str:
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ProfileError([Problem(f"not UTF-8 text (byte {exc.start})", file=file)]) from None
-    data, doc = parse_yaml(text, file)
+        raise ProfileError([Problem(f"not UTF-8 text (byte {exc.start})", file=show(file, 300),
+                                    hint="save the file as UTF-8")]) from None
+
+
+def load_profile(path: str | Path, *, os_override: str | None = None, db: CompatDB | None = None,
+                 indexes: dict[str, str | bool] | None = None) -> Profile:
+    """Read, parse and validate a profile file. Raises ProfileError with one Problem per thing wrong."""
+    file = str(path)
+    if show(file, len(file)) != file:
+        # The name is written into every file rendered from the profile (headers, plan.json): one with a line break
+        # or an escape sequence in it is refused here rather than carried.
+        raise ProfileError([Problem("the file name has control characters (a line break, an escape sequence)",
+                                    file=show(file, 300), hint="rename the file")])
+    data, doc = parse_yaml(decode_text(read_bounded(path), file), file)
     _apply_os_override(data, os_override, file)
+    _apply_index_overrides(data, indexes)  # --index NAME=URL|off: as if the profile said so
     return validate_data(data, doc, db)
+
+
+PLAN_HINT = "a saved plan is what `provision plan --json` writes: write it again rather than editing it"
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a saved plan (`provision plan --json > plan.json`) as strictly as a profile: the same bounded read and
+    YAML limits (JSON is YAML, and so each field keeps its line), the Plan model, and the allow-list of what a plan
+    may carry (provision.plan_rules). Raises ProfileError with one line per problem, naming the field."""
+    from provision import plan_rules
+
+    file = str(path)
+    data, doc = parse_yaml(decode_text(read_bounded(path, what="a plan"), file), file)
+    prefix: Path_ = ()
+    if isinstance(data, dict) and isinstance(data.get("plan"), dict):  # {"plan": {...}} as some tools wrap it
+        data, prefix = data["plan"], ("plan",)
+    if not isinstance(data, dict):
+        raise ProfileError([Problem("a plan is a JSON object (profile, target, gpu, ...)", file=file, line=1, column=1,
+                                    hint=PLAN_HINT)])
+    problems: list[Problem] = []
+
+    def add(path: Path_, message: str, hint: str | None) -> None:
+        line, col = _pos_for(doc, (*prefix, *path)) or (None, None)
+        problems.append(Problem(message, file=file, line=line, column=col, field=dotted((*prefix, *path)) or None,
+                                hint=hint))
+
+    try:
+        plan = Plan.model_validate(data, context={"plan_rules": "report"})
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            message, hint = _message({**err, "loc": (*prefix, *err["loc"])}, doc)
+            add(tuple(err["loc"]), message, PLAN_HINT if hint is None or err["type"] == "extra_forbidden" else hint)
+        raise ProfileError(problems) from None
+    for path, what in plan_rules.problems(plan.model_dump()):
+        add(path, what, PLAN_HINT)
+    if problems:
+        raise ProfileError(problems)
+    return plan

@@ -12,7 +12,15 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Profile: the user's YAML
@@ -25,6 +33,11 @@ Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()+/
 Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}$")]
 UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
+IndexName = Literal["pypi", "pytorch"]
+# An index URL reaches pip's command line and pip.conf: http(s), no spaces, quotes or shell characters; {variant}
+# is the only brace.
+IndexURL = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9._~:/?@%+=&-]+(\{variant\}[A-Za-z0-9._~:/%-]*)?$",
+                                            max_length=300)]
 
 
 class _Strict(BaseModel):
@@ -33,7 +46,13 @@ class _Strict(BaseModel):
 
 class GPUSpec(_Strict):
     model: Label = Field(description="GPU model as in `provision gpus`, e.g. 'GeForce GTX 1070', 'Tesla K80', 'T4'.")
-    count: int = Field(1, ge=1, le=64, description="Number of GPUs of this model in the machine.")
+    count: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Number of GPUs of this model in the machine. Unset: 1, or what the cloud instance type has "
+        "(a count that contradicts the instance type is refused).",
+    )
 
 
 class CPUSpec(_Strict):
@@ -59,6 +78,11 @@ class StorageDevice(_Strict):
 
 class Hardware(_Strict):
     gpu: GPUSpec
+    extra_gpus: list[GPUSpec] = Field(
+        default_factory=list,
+        description="Further GPU models in the same machine (mixed boxes). The plan is the one stack that serves "
+        "every model, or a refusal that says which link they cannot share.",
+    )
     cpu: CPUSpec
     memory_gb: float = Field(gt=0, le=65536, description="System memory in GB.")
     storage: list[StorageDevice] = Field(default_factory=list)
@@ -129,6 +153,20 @@ class Software(_Strict):
         False,
         description="Install the CUDA compiler toolchain (nvcc) on hosts and keep it in images (runtime only when false).",
     )
+    indexes: dict[IndexName, IndexURL | Literal[False]] = Field(
+        default_factory=dict,
+        description="Package indexes the machine can reach: name -> URL (a mirror: devpi, Artifactory, a proxy) or "
+        "false (unreachable). pypi: every wheel's default; pytorch: PyTorch's per-CUDA indexes ({variant} in the URL, "
+        "or appended). Unset names use the database's URLs; `--index NAME=URL|off` overrides.",
+    )
+
+    @field_validator("user")
+    @classmethod
+    def _not_root(cls, user: str) -> str:
+        if user == "root":
+            raise ValueError("the environment and Jupyter must not run as root: name a non-root account, e.g. 'ml' "
+                             "(provision creates it)")
+        return user
 
     @field_validator("frameworks")
     @classmethod
@@ -197,6 +235,7 @@ class GPUPlan(_Frozen):
     fp16_tflops: float | None
     fp64_tflops: float | None
     tegra: bool
+    interconnect: Literal["pcie", "nvlink", "nvswitch"] = "pcie"
 
 
 class CPUPlan(_Frozen):
@@ -214,6 +253,9 @@ class DriverPlan(_Frozen):
     max_cuda: str | None  # CUDA version the driver's API reports (nvidia-smi "CUDA Version")
     min_version: str | None  # lowest driver version the planned CUDA needs (verified on the host)
     kernel_module: Literal["proprietary", "open", "platform"]
+    # NVSwitch systems: NVIDIA Fabric Manager of the driver's branch (also in `packages`) and its service
+    fabric_manager: tuple[str, ...] = ()
+    fabric_manager_service: str | None = None
 
 
 class CudaPlan(_Frozen):
@@ -245,12 +287,18 @@ class PythonPlan(_Frozen):
     system_site_packages: bool = False
 
 
+class IndexPlan(_Frozen):
+    name: str  # pypi | pytorch
+    url: str | None  # None: not reachable (off); pytorch's has {variant}
+    default: bool  # the database's own URL (not a mirror the profile or --index named)
+
+
 class FrameworkPlan(_Frozen):
     name: str  # pytorch | tensorflow
     package: str  # torch | tensorflow
     version: str  # "2.6.0"
     variant: str | None  # cu126, cu117, cpu, jetpack
-    index_url: str | None  # non-default wheel index, None = PyPI
+    index_url: str | None  # non-default wheel index, None = the pypi index (Plan.pip_index_url or PyPI)
     requirements: tuple[str, ...]  # pip requirement strings, exact
     cuda: str | None  # CUDA the wheels are built with
     cudnn: str | None  # cuDNN the wheels bring, if they bring one
@@ -279,6 +327,9 @@ class ImagePlan(_Frozen):
     platform: str  # linux/amd64 | linux/arm64
     devel: bool
     apt_packages: tuple[str, ...]  # runtime OS packages the image needs (sorted)
+    # The base image's content digest (sha256:...) when `provision build` has seen it: the plan's JSON then pins
+    # the base, and a build from that saved plan refuses a base whose content differs. None in a resolved plan.
+    base_digest: str | None = None
 
 
 class Plan(_Frozen):
@@ -287,6 +338,7 @@ class Plan(_Frozen):
     profile_path: str | None
     target: TargetPlan
     gpu: GPUPlan
+    other_gpus: tuple[GPUPlan, ...] = ()  # mixed boxes: the further models the same stack serves
     cpu: CPUPlan
     driver: DriverPlan
     cuda: CudaPlan
@@ -299,6 +351,25 @@ class Plan(_Frozen):
     user: str
     reasons: tuple[Reason, ...]
     warnings: tuple[str, ...]
+    indexes: tuple[IndexPlan, ...] = ()  # () in plans recorded before indexes were planned: PyPI and PyTorch's own
+
+    @property
+    def pip_index_url(self) -> str | None:
+        """The index every pip install uses when it is not PyPI itself (a mirror), else None (pip's default)."""
+        pypi = next((i for i in self.indexes if i.name == "pypi"), None)
+        return pypi.url if pypi is not None and not pypi.default else None
+
+    @model_validator(mode="after")
+    def _only_safe_values(self, info: ValidationInfo) -> Plan:
+        """Every value within its allow-list (provision.plan_rules). A saved plan is read with the context
+        {"plan_rules": "report"}, which leaves the check to the reader so that it reports each field on its own line."""
+        if (info.context or {}).get("plan_rules") != "report":
+            from provision.plan_rules import dotted, problems
+
+            found = problems(self.model_dump())
+            if found:
+                raise ValueError("; ".join(f"{dotted(path)}: {what}" for path, what in found))
+        return self
 
     def pip_requirements(self, *, frameworks: bool = True, default_index_only: bool = False) -> list[str]:
         """Every pip requirement the roles install into the environment (sorted, unique). default_index_only

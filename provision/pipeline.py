@@ -23,8 +23,20 @@ def load(path: str | Path, *, os_override: str | None = None, db: CompatDB | Non
     return load_profile(path, os_override=os_override, db=db or load_db())
 
 
-def plan_for(path: str | Path, *, os_override: str | None = None, db: CompatDB | None = None) -> Plan:
-    """Load, validate and resolve a profile file. Raises ProfileError or IncompatibleError."""
+def plan_for(path: str | Path, *, os_override: str | None = None, db: CompatDB | None = None,
+             indexes: dict[str, str | bool] | None = None) -> Plan:
+    """Load, validate and resolve a profile file. Raises ProfileError or IncompatibleError.
+    indexes: `--index` overrides of the profile's software.indexes ({name: URL or False})."""
+    from pydantic import ValidationError
+
+    from provision.errors import ProvisionError
+
     db = db or load_db()
-    profile = load_profile(path, os_override=os_override, db=db)
-    return resolve(profile, db, profile_path=display_path(path))
+    profile = load_profile(path, os_override=os_override, db=db, indexes=indexes)
+    try:
+        return resolve(profile, db, profile_path=display_path(path))
+    except ValidationError as exc:  # a Plan that breaks its own rules: a bug in provision or its data, not the user's
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        raise ProvisionError(f"{display_path(path)}: the resolved plan breaks a rule at {where}: {first.get('msg')} "
+                             "(a bug in provision or its database: please report it with this line)") from None

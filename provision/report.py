@@ -74,13 +74,28 @@ def gpu_rows(db: CompatDB) -> list[dict[str, Any]]:
             "fp32_tflops": g.fp32_tflops,
             "fp16_tflops": g.fp16_tflops,
             "segment": g.segment,
-            "drivers": [b.branch for b in db.branches if _drives(b, g)],
+            "drivers": [] if g.tegra else [b.branch for b in db.branches if _drives(b, g)],
+            "driver": _driver_span(db, g),
             "aliases": list(g.aliases),
             "confidence": g.confidence,
             "source": g.source,
         }
         for g in db.gpus
     ]
+
+
+def _driver_span(db: CompatDB, gpu) -> str:
+    """What drives the GPU, for people: 'R470', 'R535-R580', or the JetPack releases that own a Jetson's driver."""
+    if gpu.tegra:
+        releases = [j.jetpack for j in db.jetpack if gpu.model in j.modules]
+        if not releases:
+            return "-"
+        span = releases[0] if len(releases) == 1 else f"{releases[0]}-{releases[-1]}"
+        return f"JetPack {span} (L4T)"
+    branches = [b.branch for b in db.branches if _drives(b, gpu)]
+    if not branches:
+        return "-"
+    return f"R{branches[0]}" if len(branches) == 1 else f"R{branches[0]}-R{branches[-1]}"
 
 
 def _drives(branch, gpu) -> bool:

@@ -29,6 +29,7 @@ from provision.models import (
     FrameworkRequest,
     GPUPlan,
     ImagePlan,
+    IndexPlan,
     JupyterPlan,
     Plan,
     Profile,
@@ -114,8 +115,16 @@ class _Ctx:
     os_id: str
     system: OSRow | None
     python: str
+    count: int = 1
+    interconnect: str = "pcie"
+    indexes: dict[str, str | None] = field(default_factory=dict)  # name -> URL, None = unreachable (off)
+    fw_pins: tuple[str, ...] = ()  # NVIDIA wheels the planned framework pins exactly (its Requires-Dist)
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def nvswitch(self) -> bool:
+        return self.interconnect == "nvswitch"
 
     def reason(self, component: str, choice: str, why: str, source: str) -> None:
         self.reasons.append(Reason(component=component, choice=choice, why=why, source=source))
@@ -142,15 +151,16 @@ class _Fw:
     numpy_major: int
     source: str
     row: TorchRow | TFRow
+    index: str = "pypi"  # the index that serves the build: pypi | pytorch
 
 
 def _torch_candidates(ctx: _Ctx) -> list[_Fw]:
     out = []
     for r in ctx.db.torch:
         if r.pypi_default:
-            req, index = f"torch=={r.version}", None
+            req, index, served_by = f"torch=={r.version}", None, "pypi"
         else:
-            req, index = f"torch=={r.version}+{r.variant}", ctx.db.torch_index_url.format(variant=r.variant)
+            req, index, served_by = f"torch=={r.version}+{r.variant}", _variant_url(ctx.indexes.get("pytorch"), r.variant), "pytorch"
         out.append(
             _Fw(
                 "pytorch",
@@ -166,9 +176,52 @@ def _torch_candidates(ctx: _Ctx) -> list[_Fw]:
                 r.numpy_major,
                 r.source,
                 r,
+                served_by,
             )
         )
     return out
+
+
+def _variant_url(base: str | None, variant: str) -> str | None:
+    """PyTorch's index of one CUDA variant under a base URL: '{variant}' filled in, or appended as a path."""
+    if base is None:
+        return None
+    return base.format(variant=variant) if "{variant}" in base else f"{base.rstrip('/')}/{variant}"
+
+
+def _plan_indexes(profile: Profile, db: CompatDB) -> tuple[dict[str, str | None], tuple[IndexPlan, ...]]:
+    """The package indexes this machine reaches: the database's URLs, replaced by the profile's software.indexes
+    (where `--index NAME=URL|off` lands too). False means unreachable."""
+    defaults = {"pypi": db.pypi_index_url, "pytorch": db.torch_index_url}
+    urls: dict[str, str | None] = {}
+    plans = []
+    for name, default in defaults.items():
+        given = profile.software.indexes.get(name)
+        url = None if given is False else (given or default)
+        urls[name] = url
+        plans.append(IndexPlan(name=name, url=url, default=url == default))
+    if urls["pypi"] is None:
+        raise IncompatibleError(
+            "software.indexes.pypi is off, but every plan installs NumPy, the verifier's NVRTC and Jupyter with pip",
+            alternatives=["name a PyPI mirror: --index pypi=URL (devpi, Artifactory, a proxy)", "drop the pypi entry"],
+            where=profile.name,
+        )
+    return urls, tuple(plans)
+
+
+def _index_reason(ctx: _Ctx, plans: tuple[IndexPlan, ...]) -> None:
+    parts = []
+    for i in plans:
+        if i.url is None:
+            parts.append(f"{i.name}: off (unreachable; builds only it serves are passed over)")
+        else:
+            parts.append(f"{i.name}: {i.url}" + (" (the database's)" if i.default else " (a mirror named by the profile or --index)"))
+    ctx.reason(
+        "indexes",
+        "; ".join(f"{i.name} {'off' if i.url is None else i.url}" for i in plans),
+        "; ".join(parts) + "; every wheel that is not a framework's comes from the pypi index",
+        "https://pip.pypa.io/en/stable/cli/pip_install/#cmdoption-i",
+    )
 
 
 def _tf_candidates(ctx: _Ctx) -> list[_Fw]:
@@ -201,6 +254,13 @@ def _fw_problem(ctx: _Ctx, fw: _Fw, req: FrameworkRequest) -> str | None:
                 f"torch {fw.version}+{fw.variant} has kernels for {';'.join(fw.arch)}"
                 f"{' (+PTX ' + fw.ptx + ')' if fw.ptx else ''}, none that runs on {gpu.sm}"
             )
+    if ctx.profile.target.arch == "aarch64" and not getattr(row, "aarch64_cuda", False):
+        if isinstance(row, TorchRow) and row.pypi_default:
+            return (
+                f"torch {fw.version}'s aarch64 wheel on PyPI is a CPU-only build (its nvidia-* requirements carry "
+                f'platform_machine == "x86_64" markers)'
+            )
+        return f"{fw.name} {fw.version}{'+' + fw.variant if fw.variant else ''} has no aarch64 CUDA wheel in the database"
     if fw.cudnn and not cudnn_supports(ctx.db, fw.cudnn, None, gpu):
         row_c = ctx.db.cudnn_release(fw.cudnn)
         span = f"{row_c.min_cc}-{row_c.max_cc}" if row_c else "unknown"
@@ -209,6 +269,11 @@ def _fw_problem(ctx: _Ctx, fw: _Fw, req: FrameworkRequest) -> str | None:
         )
     if not toolkit_builds(ctx.db, fw.cuda, gpu):
         return f"its CUDA {fw.cuda} cannot build for {gpu.sm}"
+    if ctx.indexes and ctx.indexes.get(fw.index) is None:
+        return (
+            f"torch {fw.version}+{fw.variant} comes only from the {fw.index} index, which is off here "
+            f"(software.indexes.{fw.index}: false, or --index {fw.index}=off)"
+        )
     return None
 
 
@@ -335,13 +400,35 @@ def _check_cuda_pin(ctx: _Ctx, offered: dict[str, list[str]]) -> None:
 
 
 def _refuse_framework(ctx: _Ctx, req: FrameworkRequest, cands: list[_Fw]) -> IncompatibleError:
-    problems = [(fw, _fw_problem(ctx, fw, req)) for fw in cands]
-    pinned = [p for p in problems if _pin_matches(req.version, p[0].version)]
-    shown = pinned or problems
-    shown.sort(key=lambda p: V(p[0].version), reverse=True)
-    why = shown[0][1] if shown else f"no {req.name} build in the database"
+    gpu = ctx.gpu
     unpinned = FrameworkRequest(name=req.name)
     works = sorted({fw.version for fw in cands if _fw_problem(ctx, fw, unpinned) is None}, key=V, reverse=True)
+    pinned = [fw for fw in cands if _pin_matches(req.version, fw.version)]
+    if req.version and not pinned:
+        # The pinned release is not in the database: say so, instead of blaming another release for not being it.
+        known = sorted({fw.version for fw in cands}, key=V)
+        why = (
+            f"{req.name} {req.version} is not in the database (known releases: {', '.join(known) or 'none'}), so "
+            f"nothing says which architectures its builds carry"
+        )
+    else:
+        problems = sorted(
+            ((fw, _fw_problem(ctx, fw, unpinned)) for fw in (pinned or cands)), key=lambda p: V(p[0].version), reverse=True
+        )
+        problems = [(fw, p) for fw, p in problems if p]
+        no_kernels = [fw for fw, p in problems if "none that runs on" in p]
+        if req.name == "pytorch" and problems and len(no_kernels) == len(problems):
+            # Every build of the pinned release lacks kernels for this GPU: that is the conflict, name both sides.
+            arch = sorted({a for fw in no_kernels for a in fw.arch}, key=V)
+            last = max((fw for fw in cands if has_kernels(fw.arch, fw.ptx, gpu)), key=lambda f: V(f.version), default=None)
+            why = (
+                f"no {req.name} {req.version or ''} build has {gpu.sm} kernels ({gpu.model}): its builds "
+                f"({', '.join(sorted({f.variant or '' for f in no_kernels}))}) carry {';'.join(arch)}"
+            ).replace("  ", " ")
+            if last is not None:
+                why += f"; the newest release with {gpu.sm} kernels is {last.version}+{last.variant}"
+        else:
+            why = problems[0][1] if problems else f"no {req.name} build in the database"
     alternatives = []
     if works and req.version:
         alternatives.append(f"{req.name} {works[0]} (drop or change the version pin)")
@@ -362,10 +449,13 @@ def _resolve_installable(ctx: _Ctx) -> tuple[DriverPlan, CudaPlan, CudnnPlan, tu
     drivers = [d for d in _driver_candidates(ctx) if sw.driver_branch in (None, d[0].branch)]
     if not drivers:
         raise _refuse_no_driver(ctx)
+    if ctx.nvswitch:
+        drivers = _with_fabric_manager(ctx, drivers)
 
     offered = _cuda_offered(ctx)
     _check_cuda_pin(ctx, offered)
     cudas = sorted((v for v in offered if toolkit_builds(db, v, gpu) and _pin_matches(sw.cuda, v)), key=V, reverse=True)
+    _check_driver_pin_runs_cuda_pin(ctx, drivers, cudas)
 
     fw_cands: list[list[_Fw]] = []
     for req in sw.frameworks:
@@ -374,6 +464,8 @@ def _resolve_installable(ctx: _Ctx) -> tuple[DriverPlan, CudaPlan, CudnnPlan, tu
         if not ok:
             raise _refuse_framework(ctx, req, pool)
         fw_cands.append(ok)
+    if fw_cands and sw.cuda:
+        _check_framework_cuda_pin(ctx, sw.frameworks[0], fw_cands[0])
 
     stacks: list[_Stack] = []
     for (branch, pkg), cuda in itertools.product(drivers, cudas):
@@ -415,16 +507,107 @@ def _resolve_installable(ctx: _Ctx) -> tuple[DriverPlan, CudaPlan, CudnnPlan, tu
     return _plan_installable(ctx, best, fw_cands, drivers, cudas, offered)
 
 
+def _with_fabric_manager(ctx: _Ctx, drivers):
+    """NVSwitch boxes: only driver branches whose Fabric Manager this OS packages (it must equal the driver)."""
+    db, gpu = ctx.db, ctx.gpu
+    kept = [(b, p) for b, p in drivers if db.fabric_manager(ctx.os_id, b.branch) is not None]
+    if kept:
+        return kept
+    where = sorted({f"{f.os_id} R{f.branch}" for f in db.fabricmanager})
+    raise IncompatibleError(
+        f"{ctx.count} x {gpu.model} on NVSwitch need NVIDIA Fabric Manager of the driver's branch (CUDA does not "
+        f"initialise without it), and {ctx.os_id} packages none for the branches it offers "
+        f"({', '.join('R' + b.branch for b, _ in drivers)})",
+        alternatives=[f"an OS and branch that package it: {', '.join(where) or 'none in the database'}"],
+        where=ctx.where,
+    )
+
+
+def _check_driver_pin_runs_cuda_pin(ctx: _Ctx, drivers, cudas: list[str]) -> None:
+    """A driver pin and a CUDA pin that cannot meet: name both pins and what each would need."""
+    db, sw, gpu = ctx.db, ctx.profile.software, ctx.gpu
+    if not (sw.driver_branch and sw.cuda and cudas):
+        return
+    if any(driver_runs(db, b, c) for b, _ in drivers for c in cudas):
+        return
+    cuda = cudas[-1]  # the oldest matching the pin: the easiest to run
+    tk, floor = db.toolkit(cuda), db.mvc_floor(major(cuda))
+    branch = drivers[0][0]
+    need = f"driver >= {tk.min_driver}" if tk else "a newer driver"
+    if floor is not None:
+        need += f", or >= {floor.min_driver} through minor-version compatibility (a CUDA {major(cuda)}.x branch)"
+    runs = [
+        f"R{b.branch}"
+        for b in db.branches
+        if branch_drives(b, gpu) and driver_runs(db, b, cuda) and any(p.branch == b.branch for p in db.drivers if p.os_id == ctx.os_id)
+    ]
+    raise IncompatibleError(
+        f"the pinned driver branch R{sw.driver_branch} (reports CUDA {branch.cuda}) cannot run the pinned CUDA {sw.cuda}: "
+        f"CUDA {cuda} needs {need}",
+        alternatives=[
+            f"keep CUDA {sw.cuda} and pin a branch that runs it: {', '.join(runs) or f'none that {ctx.os_id} offers for {gpu.model}'}",
+            f"keep R{sw.driver_branch} and pin a CUDA it runs (up to {branch.cuda}"
+            + (" and its major through minor-version compatibility" if db.mvc_floor(major(branch.cuda)) else "")
+            + ")",
+        ],
+        where=ctx.where,
+    )
+
+
+def _check_framework_cuda_pin(ctx: _Ctx, req: FrameworkRequest, ok: list[_Fw]) -> None:
+    """The first framework sets the environment's CUDA: a CUDA pin no fitting build is made with is a conflict
+    between the pin and the GPU's kernels in that CUDA's builds. Say which builds, and from which arch they start."""
+    sw, gpu = ctx.profile.software, ctx.gpu
+    if any(_pin_matches(sw.cuda, fw.cuda) for fw in ok):
+        return
+    pool = _torch_candidates(ctx) if req.name == "pytorch" else _tf_candidates(ctx)
+    with_pin = [fw for fw in pool if _pin_matches(sw.cuda, fw.cuda) and _pin_matches(req.version, fw.version)]
+    fits = sorted(ok, key=lambda f: V(f.version), reverse=True)
+    best = fits[0]
+    if with_pin:
+        lowest = sorted({a for fw in with_pin for a in fw.arch}, key=V)
+        variants = ", ".join(sorted({fw.variant or fw.cuda for fw in with_pin}))
+        problem = _fw_problem(ctx, with_pin[-1], FrameworkRequest(name=req.name))
+        if lowest and V(lowest[0]) > V(gpu.cc):
+            why = f"the {variants} builds start at sm_{lowest[0].replace('.', '')}"
+        else:
+            why = problem or f"no {variants} build fits"
+    else:
+        why = f"no {req.name} build in the database is made with CUDA {sw.cuda}"
+    raise IncompatibleError(
+        f"CUDA {sw.cuda} is pinned, but no {req.name} build for CUDA {sw.cuda} runs on {gpu.sm} ({gpu.model}): {why}; "
+        f"{req.name} for {gpu.sm} is built with CUDA {best.cuda} ({best.version}"
+        + (f"+{best.variant}" if best.variant else "")
+        + ")",
+        alternatives=[f"pin CUDA {best.cuda}", "drop the software.cuda pin"],
+        where=ctx.where,
+    )
+
+
 def _refuse_stack(ctx: _Ctx, drivers, cudas, fw_cands) -> IncompatibleError:
     db, gpu, sw = ctx.db, ctx.gpu, ctx.profile.software
     branches = ", ".join(f"R{b.branch} (CUDA {b.cuda})" for b, _ in drivers)
     if not cudas:
         return IncompatibleError(f"no CUDA offered for {ctx.os_id} can build for {gpu.sm}", where=ctx.where)
     if sw.cudnn:
-        supported = [c.version for c in db.cudnn if cudnn_supports(db, c.version, None, gpu)]
+        # Only cuDNN releases that fit both the GPU and a CUDA this stack can have are offered as the way out.
+        stack_cudas = sorted(({f.cuda for f in fw_cands[0]} & set(cudas) if fw_cands else set()) or set(cudas), key=V)
+        wheels = {(p.cudnn, p.cuda_major) for p in db.pypi_cudnn}
+        supported = [
+            c.version
+            for c in db.cudnn
+            if any(cudnn_supports(db, c.version, cu, gpu) and (c.version, major(cu)) in wheels for cu in stack_cudas)
+        ]
+        pin_rows = [c for c in db.cudnn if _pin_matches(sw.cudnn, c.version)]
+        span = "; ".join(f"cuDNN {c.version} supports CUDA {c.cuda_min}-{c.cuda_max}, cc {c.min_cc}-{c.max_cc}" for c in pin_rows)
+        cuda_side = f"the pinned CUDA {sw.cuda}" if sw.cuda else f"CUDA {', '.join(stack_cudas)}"
         return IncompatibleError(
-            f"cuDNN {sw.cudnn} does not fit {gpu.model} (cc {gpu.cc}) with the CUDA this stack needs",
-            alternatives=[f"cuDNN for cc {gpu.cc}: {', '.join(supported) or 'none'}", "drop software.cudnn"],
+            f"the pinned cuDNN {sw.cudnn} does not fit {cuda_side} on {gpu.model} (cc {gpu.cc})"
+            + (f": {span}" if span else ": it is not in the database"),
+            alternatives=[
+                f"cuDNN that fits {cuda_side} and cc {gpu.cc}: {', '.join(supported) or 'none'}",
+                "drop software.cudnn",
+            ],
             where=ctx.where,
         )
     if fw_cands:
@@ -536,7 +719,8 @@ def _cudnn_plan(ctx: _Ctx, cudnn: str | None, cuda: str, fws: tuple[_Fw, ...]) -
         f"{why} ({span})",
         row.source if row else (pip.source if pip else ""),
     )
-    if row is not None and row.confidence == "uncertain":
+    if row is not None and row.confidence == "uncertain" and (not row.uncertain_cc or ctx.gpu.cc in row.uncertain_cc):
+        # Only when the uncertain part of the row concerns this GPU (8.6/8.7's Kepler story is no Pascal's concern).
         ctx.warnings.append(f"cuDNN {cudnn}: {row.note or 'support facts are uncertain'}")
     if pip is None:
         return CudnnPlan(version=cudnn, full_version=None, source="framework", install=False, packages=())
@@ -581,16 +765,31 @@ def _plan_installable(ctx: _Ctx, best: _Stack, fw_cands, drivers, cudas, offered
         min_driver = db.toolkit(best.cuda).min_driver
     else:
         min_driver = db.mvc_floor(major(best.cuda)).min_driver
+    fm = db.fabric_manager(ctx.os_id, branch.branch) if ctx.nvswitch else None
+    if fm is not None:
+        ctx.reason(
+            "fabric-manager",
+            f"{', '.join(fm.packages)} ({fm.service} service)",
+            f"{ctx.count} x {gpu.model} are connected through NVSwitch: CUDA does not initialise until NVIDIA Fabric "
+            f"Manager runs, and its version must equal the driver's, so it comes from {fm.source} for R{branch.branch}",
+            fm.source_url,
+        )
+        if fm.confidence == "unverified":
+            ctx.warnings.append(
+                f"Fabric Manager packages for {ctx.os_id} R{branch.branch} ({', '.join(fm.packages)}) are unverified here"
+            )
     driver = DriverPlan(
         install=True,
         branch=branch.branch,
         source=pkg.source,
-        packages=pkg.packages,
+        packages=pkg.packages + (fm.packages if fm else ()),
         userspace_packages=pkg.userspace_packages,
         version=pkg.version,
         max_cuda=branch.cuda,
         min_version=min_driver,
         kernel_module=pkg.kernel_module,
+        fabric_manager=fm.packages if fm else (),
+        fabric_manager_service=fm.service if fm else None,
     )
     if getattr(pkg, "confidence", None) == "unverified":
         ctx.warnings.append(
@@ -627,13 +826,28 @@ def _plan_installable(ctx: _Ctx, best: _Stack, fw_cands, drivers, cudas, offered
     ctx.reason("cuda", f"CUDA {best.cuda}", why, tk.source)
     cuda = _cuda_plan(ctx, best.cuda, offered)
     cudnn = _cudnn_plan(ctx, best.cudnn, best.cuda, best.fws)
+    # The framework's wheels pin NVIDIA's wheels exactly (torch 2.7.1: nvidia-cuda-nvrtc-cu12==12.6.77, where the
+    # CUDA 12.6 row's newest patch is 12.6.85): take its pins, or pip has two answers for one package.
+    ctx.fw_pins = tuple(getattr(best.fws[0].row, "pins", ())) if best.fws else ()
+    if ctx.fw_pins:
+        cuda = cuda.model_copy(update={"packages": _align_pins(cuda.packages, ctx.fw_pins)})
+        cudnn = cudnn.model_copy(update={"packages": _align_pins(cudnn.packages, ctx.fw_pins)})
+        ctx.reason("pins", ", ".join(ctx.fw_pins),
+                   f"{best.fws[0].requirement} pins these NVIDIA wheels in its Requires-Dist; the plan takes its pins",
+                   best.fws[0].source)
     return driver, cuda, cudnn, tuple(fw_plans), best.compat
+
+
+def _align_pins(reqs: tuple[str, ...], pins: tuple[str, ...]) -> tuple[str, ...]:
+    """Each requirement replaced by the pin of the same distribution from `pins`, where there is one."""
+    by_name = {p.split("==")[0]: p for p in pins}
+    return tuple(by_name.get(r.split("==")[0], r) for r in reqs)
 
 
 def _framework_plan(ctx: _Ctx, fw: _Fw, ok: list[_Fw], *, primary: bool) -> FrameworkPlan:
     gpu = ctx.gpu
     how = has_kernels(fw.arch, fw.ptx, gpu) if fw.arch else None
-    where = fw.index_url or "PyPI"
+    where = f"the pytorch index {fw.index_url}" if fw.index_url else f"the pypi index {ctx.indexes.get('pypi') or 'PyPI'}"
     why = f"newest {fw.name} build that fits this machine"
     if how:
         kind, arch = how.split()
@@ -830,22 +1044,42 @@ def _resolve_jetson(ctx: _Ctx, jp):
                 where=ctx.where,
             )
         r = rows[-1]
+        if not _pin_matches(r.python, jp.python):
+            raise IncompatibleError(
+                f"NVIDIA's PyTorch wheel for JetPack {jp.jetpack} is built for Python {r.python}, the release has {jp.python}",
+                where=ctx.where,
+            )
+        if r.sha256 is None:
+            # NVIDIA's directory is not an index and the file is not hashed in the database: a direct reference
+            # without a hash would install whatever the URL serves that day.
+            raise IncompatibleError(
+                f"NVIDIA's PyTorch wheel for JetPack {jp.jetpack} (torch {r.version}) is a file, not an index entry, and "
+                f"the database has no sha256 for it: provision plans it only as a hashed direct reference ({r.url})",
+                alternatives=[
+                    "hash it where developer.download.nvidia.com is reachable: scripts/refresh_db.py --hash-jetson, "
+                    "then re-plan",
+                    "remove pytorch from software.frameworks (CUDA, cuDNN and TensorRT still come with JetPack)",
+                ],
+                where=ctx.where,
+            )
+        requirement = f"torch @ {r.url}#sha256={r.sha256}"
         ctx.reason(
             "framework:pytorch",
-            f"{r.requirement} from {r.index_url}",
-            f"NVIDIA's PyTorch build for JetPack {jp.jetpack} (CUDA {r.cuda}, {gpu.sm}); desktop wheels do not run on Jetson",
+            f"torch {r.version} as a direct reference",
+            f"NVIDIA's PyTorch build for JetPack {jp.jetpack} (CUDA {r.cuda}, {gpu.sm}, Python {r.python}); desktop wheels "
+            f"do not run on Jetson, and NVIDIA's directory is not a package index, so pip gets the file and its hash",
             r.source,
         )
         if r.confidence == "unverified":
-            ctx.warnings.append(f"the PyTorch wheel location for JetPack {jp.jetpack} is unverified: {r.index_url}")
+            ctx.warnings.append(f"the PyTorch wheel for JetPack {jp.jetpack} is unverified here: {r.url}")
         fws.append(
             FrameworkPlan(
                 name="pytorch",
                 package="torch",
                 version=r.version,
                 variant="jetpack",
-                index_url=r.index_url,
-                requirements=(r.requirement,),
+                index_url=None,
+                requirements=(requirement,),
                 cuda=r.cuda,
                 cudnn=r.cudnn,
                 arch_list=r.arch,
@@ -861,9 +1095,147 @@ def _resolve_jetson(ctx: _Ctx, jp):
 
 def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) -> Plan:
     """Resolve a profile against the database into a frozen Plan, or raise IncompatibleError."""
-    gpu = db.gpu(profile.hardware.gpu.model)
-    if gpu is None:
-        raise IncompatibleError(f"unknown GPU '{profile.hardware.gpu.model}'", where=profile.name)
+    specs = [profile.hardware.gpu, *profile.hardware.extra_gpus]
+    gpus = []
+    for spec in specs:
+        g = db.gpu(spec.model)
+        if g is None:
+            raise IncompatibleError(f"unknown GPU '{spec.model}'", where=profile.name)
+        gpus.append(g)
+    count, interconnect, inst_reason = _count_and_interconnect(profile, db, gpus[0])
+    if len({g.model for g in gpus}) == 1:
+        total = count if len(specs) == 1 else sum(s.count or 1 for s in specs)
+        return _resolve_one(profile, db, gpus[0], total, interconnect, inst_reason, profile_path)
+    return _resolve_mixed(profile, db, list(zip(specs, gpus, strict=True)), profile_path)
+
+
+def _count_and_interconnect(profile: Profile, db: CompatDB, gpu: GPU) -> tuple[int, str, Reason | None]:
+    """An instance type fixes the GPU model, count and interconnect; a profile may only repeat them."""
+    target, spec = profile.target, profile.hardware.gpu
+    inst = db.instance(target.instance_type) if target.instance_type else None
+    if inst is None:
+        count = spec.count or 1
+        nvswitch = gpu.nvswitch_gpus is not None and count >= gpu.nvswitch_gpus
+        return count, "nvswitch" if nvswitch else "pcie", None
+    inst_gpu = db.gpu(inst.gpu)
+    if inst_gpu is None or inst_gpu.model != gpu.model:
+        raise IncompatibleError(
+            f"{inst.instance_type} has {inst.gpus} x {inst.gpu}; hardware.gpu.model says {spec.model}",
+            alternatives=[f"set hardware.gpu.model to {inst.gpu}", "an instance type with the GPU you mean"],
+            where=profile.name,
+        )
+    if spec.count is not None and spec.count != inst.gpus:
+        same = [i.instance_type for i in db.instances if i.gpu == inst.gpu and i.gpus == spec.count]
+        raise IncompatibleError(
+            f"{inst.instance_type} has {inst.gpus} x {inst.gpu}; hardware.gpu.count says {spec.count}",
+            alternatives=[
+                "drop hardware.gpu.count: the instance type fixes it",
+                f"instance types with {spec.count} x {inst.gpu}: {', '.join(same) or 'none in the database'}",
+            ],
+            where=profile.name,
+        )
+    if profile.hardware.extra_gpus:
+        raise IncompatibleError(
+            f"{inst.instance_type} has one GPU model ({inst.gpu}); hardware.extra_gpus does not apply",
+            alternatives=["remove hardware.extra_gpus"],
+            where=profile.name,
+        )
+    if inst.arch != target.arch:
+        raise IncompatibleError(
+            f"{inst.instance_type} is {inst.arch}; target.arch says {target.arch}",
+            alternatives=[f"set target.arch to {inst.arch}"],
+            where=profile.name,
+        )
+    why = f"{inst.provider} {inst.instance_type}: {inst.gpus} x {inst.gpu}, {inst.interconnect}"
+    reason = Reason(
+        component="gpu-count",
+        choice=f"{inst.gpus} x {inst.gpu}",
+        why=why + ("" if spec.count else "; hardware.gpu.count unset, so the instance type's count"),
+        source=inst.source,
+    )
+    return inst.gpus, inst.interconnect, reason
+
+
+def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | None) -> Plan:
+    """Several GPU models in one box: plan the stack for the most constrained one (the oldest architecture), pin
+    it, and check that the same pinned stack also resolves for each other model; refuse with the failing link."""
+    if profile.target.kind not in ("baremetal",):
+        raise IncompatibleError(
+            f"mixed GPU models are planned for bare metal only, not target.kind '{profile.target.kind}'",
+            alternatives=["remove hardware.extra_gpus"],
+            where=profile.name,
+        )
+    models: dict[str, tuple] = {}
+    for spec, g in pairs:
+        have = models.get(g.model)
+        models[g.model] = (g, (have[1] if have else 0) + (spec.count or 1))
+    ordered = sorted(models.values(), key=lambda gc: (V(gc[0].cc), gc[0].model))
+    (first, first_count), rest = ordered[0], ordered[1:]
+
+    def variant(gpu: GPU, count: int, sw) -> Profile:
+        hw = profile.hardware.model_copy(update={"gpu": profile.hardware.gpu.model_copy(update={"model": gpu.model, "count": count}), "extra_gpus": []})
+        return profile.model_copy(update={"hardware": hw, "software": sw})
+
+    base = _resolve_one(variant(first, first_count, profile.software), db, first, first_count, "pcie", None, profile_path)
+    sw = profile.software.model_copy(
+        update={
+            "driver_branch": base.driver.branch,
+            "cuda": base.cuda.version,
+            "cudnn": base.cudnn.version,
+            "frameworks": [FrameworkRequest(name=f.name, version=f.version) for f in base.frameworks],
+        }
+    )
+    others = []
+    summary = f"R{base.driver.branch}, CUDA {base.cuda.version}" + "".join(
+        f", {f.package} {f.version}" + (f"+{f.variant}" if f.variant else "") for f in base.frameworks
+    )
+    for g, count in rest:
+        try:
+            plan = _resolve_one(variant(g, count, sw), db, g, count, "pcie", None, profile_path)
+        except IncompatibleError as exc:
+            raise IncompatibleError(
+                f"{first.model} ({first.sm}) and {g.model} ({g.sm}) in one machine cannot share a stack: the stack "
+                f"{first.model} allows ({summary}) does not serve {g.model}: {exc.message}",
+                alternatives=[
+                    "one GPU model per machine",
+                    f"drop {first.model}: the stack is then chosen for {g.model}",
+                ],
+                where=profile.name,
+            ) from None
+        diff = [
+            f"{a.package} {a.variant} vs {b.variant}" for a, b in zip(base.frameworks, plan.frameworks, strict=True) if a.variant != b.variant
+        ]
+        if diff:
+            raise IncompatibleError(
+                f"{first.model} ({first.sm}) and {g.model} ({g.sm}) need different builds: {', '.join(diff)}",
+                alternatives=["one GPU model per machine"],
+                where=profile.name,
+            )
+        others.append(plan.gpu)
+    reasons = base.reasons + (
+        Reason(
+            component="gpu",
+            choice=", ".join(f"{c} x {g.model} ({g.sm})" for g, c in ordered),
+            why=f"mixed GPUs: the stack is chosen for the most constrained ({first.model}, {first.sm}) and the same "
+            f"pinned stack resolves for {', '.join(g.model for g, _ in rest)}",
+            source=first.source,
+        ),
+    )
+    warnings = base.warnings + (
+        f"mixed GPUs: the verifier builds its kernels for {first.sm}; run it per device with CUDA_VISIBLE_DEVICES",
+    )
+    return base.model_copy(update={"other_gpus": tuple(others), "reasons": reasons, "warnings": warnings})
+
+
+def _resolve_one(
+    profile: Profile,
+    db: CompatDB,
+    gpu: GPU,
+    count: int,
+    interconnect: str,
+    inst_reason: Reason | None,
+    profile_path: str | None,
+) -> Plan:
     target = profile.target
     jp = db.jetpack_release(target.jetpack) if target.jetpack else None
     os_id = f"{target.os.distribution}-{target.os.release}"
@@ -889,7 +1261,11 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
         python = db.colab[-1].python
     else:
         python = system.python
-    ctx = _Ctx(profile=profile, db=db, gpu=gpu, os_id=os_id, system=system, python=python)
+    indexes, index_plans = _plan_indexes(profile, db)
+    ctx = _Ctx(
+        profile=profile, db=db, gpu=gpu, os_id=os_id, system=system, python=python, count=count, interconnect=interconnect,
+        indexes=indexes,
+    )
     if (
         profile.software.python
         and not _pin_matches(profile.software.python, python)
@@ -914,6 +1290,14 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
         f"{gpu.memory_gb:g} GB, {gpu.bandwidth_gbps:g} GB/s, {gpu.fp32_tflops:g} TFLOPS FP32 peak",
         gpu.source,
     )
+    if inst_reason is not None:
+        ctx.reasons.append(inst_reason)
+    _index_reason(ctx, index_plans)
+    if gpu.confidence == "unverified":
+        ctx.warnings.append(
+            f"the {gpu.model} row (compute capability {gpu.cc}, memory, peaks) is unverified: compiled from "
+            f"{gpu.source} without re-reading it; `provision verify` measures the real device"
+        )
 
     if target.kind == "colab":
         driver, cuda, cudnn, fws, compat = _resolve_colab(ctx)
@@ -927,7 +1311,7 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
     numpy_req = _numpy(ctx, fws)
     jupyter = _jupyter_plan(ctx)
     verify = _verify_plan(ctx, cuda, numpy_req)
-    image = _image_plan(ctx, cuda, jp)
+    image = _image_plan(ctx, cuda, cudnn, jp)
     codename = system.codename if system else (db.system(jp.os_id).codename if jp and db.system(jp.os_id) else "")
     target_plan = TargetPlan(
         kind=target.kind,
@@ -950,13 +1334,14 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
             chip=gpu.chip,
             compute_capability=gpu.cc,
             sm=gpu.sm,
-            count=profile.hardware.gpu.count,
+            count=count,
             memory_gb=gpu.memory_gb,
             bandwidth_gbps=gpu.bandwidth_gbps,
             fp32_tflops=gpu.fp32_tflops,
             fp16_tflops=gpu.fp16_tflops,
             fp64_tflops=gpu.fp64_tflops,
             tegra=gpu.tegra,
+            interconnect=interconnect,
         ),
         cpu=CPUPlan(model=profile.hardware.cpu.model, flags=tuple(profile.hardware.cpu.flags)),
         driver=driver,
@@ -970,6 +1355,7 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
         user=profile.software.user,
         reasons=tuple(ctx.reasons),
         warnings=tuple(ctx.warnings),
+        indexes=index_plans,
     )
 
 
@@ -1001,8 +1387,10 @@ def _tool(ctx: _Ctx, name: str, numpy_major: int | None = None) -> str | None:
 
 
 def _numpy(ctx: _Ctx, fws: tuple[FrameworkPlan, ...]) -> str:
-    torch_row = next((r for f in fws for r in ctx.db.torch if f.name == "pytorch" and r.version == f.version), None)
-    req = _tool(ctx, "numpy", torch_row.numpy_major if torch_row else None)
+    """The numpy every planned framework accepts: torch < 2.3 is built against numpy 1, TF < 2.18 requires < 2."""
+    majors = [r.numpy_major for f in fws for r in ctx.db.torch if f.name == "pytorch" and r.version == f.version][:1]
+    majors += [r.numpy_major for f in fws for r in ctx.db.tensorflow if f.name == "tensorflow" and r.version == f.version]
+    req = _tool(ctx, "numpy", min(majors) if majors else None)
     if req is None:
         raise IncompatibleError(f"no numpy build in the database for Python {ctx.python}", where=ctx.where)
     return req
@@ -1080,7 +1468,7 @@ def _jupyter_plan(ctx: _Ctx) -> JupyterPlan:
 
 def _verify_plan(ctx: _Ctx, cuda: CudaPlan, numpy_req: str) -> VerifyPlan:
     row = _pypi_cuda(ctx, cuda.version) if cuda.source != "platform" else None
-    nvrtc = (row.nvrtc,) if row else ()
+    nvrtc = _align_pins((row.nvrtc,), ctx.fw_pins) if row else ()
     return VerifyPlan(
         expect_gpu=True,
         target_arch=ctx.gpu.sm,
@@ -1090,7 +1478,7 @@ def _verify_plan(ctx: _Ctx, cuda: CudaPlan, numpy_req: str) -> VerifyPlan:
     )
 
 
-def _image_plan(ctx: _Ctx, cuda: CudaPlan, jp) -> ImagePlan:
+def _image_plan(ctx: _Ctx, cuda: CudaPlan, cudnn: CudnnPlan, jp) -> ImagePlan:
     db, sw, target = ctx.db, ctx.profile.software, ctx.profile.target
     platform = "linux/arm64" if target.arch == "aarch64" else "linux/amd64"
     apt: set[str] = set(ctx.system.python_packages if ctx.system else ("python3", "python3-venv"))
@@ -1100,10 +1488,16 @@ def _image_plan(ctx: _Ctx, cuda: CudaPlan, jp) -> ImagePlan:
         row = next((r for r in db.images if r.cuda == cuda.version), None)
         kind = "devel" if sw.devel else "runtime"
         if target.os.distribution == "ubuntu" and row and target.os.release in row.ubuntu:
-            base = f"{db.image_registry}:" + db.image_tag.format(
+            # cuDNN as wheels (the plan's or a framework's): the image without cuDNN, or the environment would load
+            # one of two copies, and the base's may be older than the one the framework was built with.
+            wheels = cudnn.source in ("pypi", "framework")
+            pattern = db.image_tag_without_cudnn if wheels else db.image_tag
+            base = f"{db.image_registry}:" + pattern.format(
                 full=row.full, cudnn_flavour=row.cudnn_flavour, kind=kind, ubuntu=target.os.release
             )
-            why = f"NVIDIA's CUDA {row.full} {kind} image with cuDNN for Ubuntu {target.os.release}"
+            why = (f"NVIDIA's CUDA {row.full} {kind} image for Ubuntu {target.os.release}, without cuDNN: cuDNN "
+                   f"{cudnn.version} comes as wheels, one copy" if wheels else
+                   f"NVIDIA's CUDA {row.full} {kind} image with cuDNN for Ubuntu {target.os.release}")
         else:
             base = ctx.system.base_image if ctx.system else "ubuntu:22.04"
             why = (

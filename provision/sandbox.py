@@ -1,43 +1,58 @@
-"""Throwaway Debian hosts in local containers: the demo target, the molecule platform and the test hosts.
+"""Throwaway Debian hosts in local containers that look like a user's machine: the demo target and the test hosts.
+
+A sandbox is what a stock Debian install reached over SSH is, and nothing more:
+
+- debootstrap's minimal Debian with systemd, openssh-server, sudo and python3 (as Debian's cloud images have it);
+- Debian's default package sources, `main` only (deb822 `debian.sources` on Debian 13, a one-line
+  `sources.list` on Debian 12, as each release's installer writes them): enabling contrib/non-free is the roles' job;
+- an `admin` account with an SSH key and sudo (passwordless, or asking for a password);
+- the controller's extra CA certificates, the way a machine on a company network trusts its egress proxy.
+
+No python3-apt, no curl, no extra components: a role that needs them installs them. The container publishes its
+SSH port on the controller's loopback only; its host keys are made when it starts (as cloud-init does on a first
+boot) and pinned in a known_hosts file, so a host whose key changes is refused, not trusted.
 
 No image registry is reachable from the machines this project is built on, so base images are made here:
-`debootstrap` a minimal Debian into a folder and `docker import` it. The image carries what Ansible needs
-(python3, sudo) and systemd, so services (Jupyter) run as they would on a real host.
-
-Package caches live on the controller under `cache_root()` and are bind-mounted into every container, so
-repeated runs download nothing again.
+`debootstrap` into a folder and `docker import`. Two caches are mounted for speed and change no behaviour: apt's
+downloaded .debs and a read-only wheelhouse the controller fills once (`fill_wheelhouse`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from provision.errors import RunnerError
+from provision import procs
+from provision.errors import RunnerError, UsageError
 
 # Debian releases this machine can execute; codenames are facts about Debian, kept beside the per-OS data.
 DEBIAN_CODENAMES = {"12": "bookworm", "13": "trixie"}
+# What a stock server install has that debootstrap's minbase lacks: an init, an SSH server, sudo, Python (Debian's
+# cloud images and any install with the standard task carry it), and the tools of priority `important`.
 BASE_PACKAGES = (
     "ca-certificates",
     "python3",
-    "python3-apt",
     "sudo",
     "systemd",
     "systemd-sysv",
     "dbus",
+    "openssh-server",
     "iproute2",
     "procps",
-    "curl",
-    "gnupg",
 )
+# Bump when the image's recipe changes: an image of an older recipe is rebuilt.
+BASE_RECIPE = "stock-ssh-3"
 MIRROR = os.environ.get("PROVISION_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("PROVISION_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 LABEL = "io.provision.sandbox"
+ADMIN = "admin"
 
 
 def cache_root() -> Path:
@@ -50,72 +65,123 @@ def base_image_tag(release: str) -> str:
     return f"provision/debian:{release}"
 
 
-def _run(cmd: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
     except FileNotFoundError:
         raise RunnerError(f"{what}: '{cmd[0]}' is not installed (apt-get install {cmd[0]})") from None
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
         raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
     return proc
 
 
+def _docker(*args: str) -> subprocess.CompletedProcess:
+    """A docker CLI call whose failure the caller reads (inspect, port); a missing CLI is one line, exit 3."""
+    try:
+        return subprocess.run(["docker", *args], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise RunnerError("the docker CLI is not installed (apt-get install docker.io)") from None
+
+
 def image_exists(tag: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+    return _docker("image", "inspect", tag).returncode == 0
 
 
-def sources_list(codename: str) -> str:
-    comps = "main contrib non-free non-free-firmware"
-    return (
-        f"deb {MIRROR} {codename} {comps}\n"
-        f"deb {MIRROR} {codename}-updates {comps}\n"
-        f"deb {SECURITY_MIRROR} {codename}-security {comps}\n"
+def _image_recipe(tag: str) -> str:
+    proc = _docker("image", "inspect", "-f", f'{{{{index .Config.Labels "{LABEL}.recipe"}}}}', tag)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def default_sources(release: str) -> tuple[str, str]:
+    """(path, text) of the package sources Debian's installer writes for `release`: `main` only."""
+    codename = DEBIAN_CODENAMES[release]
+    if int(release) >= 13:
+        return "etc/apt/sources.list.d/debian.sources", (
+            "Types: deb\n"
+            f"URIs: {MIRROR}\n"
+            f"Suites: {codename} {codename}-updates\n"
+            "Components: main\n"
+            "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+            "\n"
+            "Types: deb\n"
+            f"URIs: {SECURITY_MIRROR}\n"
+            f"Suites: {codename}-security\n"
+            "Components: main\n"
+            "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        )
+    return "etc/apt/sources.list", (
+        f"deb {MIRROR} {codename} main\n"
+        f"deb {MIRROR} {codename}-updates main\n"
+        f"deb {SECURITY_MIRROR} {codename}-security main\n"
     )
 
 
-def ensure_base_image(release: str, *, rebuild: bool = False) -> str:
-    """Build `provision/debian:<release>` with debootstrap + docker import unless it exists. Returns the tag."""
+def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress=None) -> str:
+    """Build `provision/debian:<release>` (a stock Debian, see the module's text) unless an image of this recipe
+    exists. Returns the tag. log: lines that stay (what is built, and why it takes a while); progress: debootstrap's
+    own lines as they come (`I: Retrieving libc6`), for a status line."""
     if release not in DEBIAN_CODENAMES:
         raise RunnerError(
             f"no sandbox base image for Debian {release}; this machine can build {sorted(DEBIAN_CODENAMES)}"
         )
     tag = base_image_tag(release)
-    if image_exists(tag) and not rebuild:
+    if not rebuild and _image_recipe(tag) == BASE_RECIPE:
         return tag
+    if os.geteuid() != 0:
+        raise RunnerError(f"building the sandbox base image {tag} needs root (debootstrap and chroot): run "
+                          "scripts/bootstrap.sh as root once, or build it elsewhere and `docker load` it")
     codename = DEBIAN_CODENAMES[release]
+    if log:
+        log(f"building the Debian {release} base image {tag} with debootstrap (once; 1-3 minutes)")
     debs = cache_root() / "debootstrap" / codename
     debs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"provision-{codename}-") as tmp:
         root = Path(tmp) / "root"
-        _run(
+        _run_streamed(
             [
                 "debootstrap",
                 "--variant=minbase",
                 f"--cache-dir={debs}",
                 "--include=" + ",".join(BASE_PACKAGES),
-                "--components=main,contrib,non-free,non-free-firmware",
+                "--components=main",
                 codename,
                 str(root),
                 MIRROR,
             ],
             f"debootstrap {codename}",
+            progress,
         )
-        (root / "etc/apt/sources.list").write_text(sources_list(codename))
-        # Keep downloaded .debs: /var/cache/apt/archives is a shared cache mounted from the controller.
+        path, text = default_sources(release)
+        (root / "etc/apt/sources.list").unlink(missing_ok=True)
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+        # A cache, not a behaviour: /var/cache/apt/archives is mounted from the controller and keeps its .debs.
         (root / "etc/apt/apt.conf.d/99provision-keep-debs").write_text(
             'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
         )
-        (root / "etc/apt/apt.conf.d/99provision-no-recommends").write_text('APT::Install-Recommends "false";\n')
         # systemd in a container: nothing to do with the console or hardware clocks.
         for unit in ("getty.target", "systemd-timesyncd.service", "console-getty.service"):
             link = root / "etc/systemd/system" / unit
             link.parent.mkdir(parents=True, exist_ok=True)
-            if not link.exists():
+            if not link.is_symlink():
                 link.symlink_to("/dev/null")
         _trust_controller_cas(root)
+        # The sudo account a user logs in with; its key and sudo rule are set when a container starts.
+        _run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", ADMIN],
+             "create the admin account in the base image")
+        # Host keys are per machine: every container makes its own on its first boot, as cloud images do
+        # (cloud-init there; here a drop-in that runs ssh-keygen -A before sshd checks its configuration).
+        for key in (root / "etc/ssh").glob("ssh_host_*"):
+            key.unlink()
+        dropin = root / "etc/systemd/system/ssh.service.d/10-provision-host-keys.conf"
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text("[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\n"
+                          "ExecStartPre=/usr/sbin/sshd -t\n")
         shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
         (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+        if progress:
+            progress(f"importing the Debian {release} tree into Docker as {tag}")
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
             _run(
@@ -127,7 +193,7 @@ def ensure_base_image(release: str, *, rebuild: bool = False) -> str:
                     "--change",
                     "ENV container=docker",
                     "--change",
-                    f"LABEL {LABEL}.base=debian-{release}",
+                    f"LABEL {LABEL}.base=debian-{release} {LABEL}.recipe={BASE_RECIPE}",
                     "-",
                     tag,
                 ],
@@ -139,11 +205,38 @@ def ensure_base_image(release: str, *, rebuild: bool = False) -> str:
     return tag
 
 
+def _run_streamed(cmd: list[str], what: str, progress) -> None:
+    """_run for a long command whose output lines say how far it is: each goes to progress as it comes."""
+    if progress is None:
+        _run(cmd, what)
+        return
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace")
+    except FileNotFoundError:
+        raise RunnerError(f"{what}: '{cmd[0]}' is not installed (apt-get install {cmd[0]})") from None
+    tail: list[str] = []
+    try:
+        for line in proc.stdout or ():
+            line = line.strip()
+            if line:
+                tail = [*tail[-4:], line]
+                progress(f"{what}: {line}")
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
+
+
 def _trust_controller_cas(root: Path) -> None:
     """Give the image the controller's extra CA certificates (TLS-intercepting proxies, private mirrors).
 
-    Without them pip inside a sandbox fails certificate verification wherever the controller itself only
-    reaches PyPI through such a proxy. The CAs are the ones the controller already trusts, nothing more.
+    A machine on a company network trusts its egress proxy's CA; without it pip fails certificate verification
+    wherever the controller itself only reaches PyPI through such a proxy. The CAs are the ones the controller
+    already trusts, nothing more.
     """
     extra = Path(os.environ.get("PROVISION_EXTRA_CA_DIR", "/usr/local/share/ca-certificates"))
     certs = sorted(extra.glob("*.crt")) if extra.is_dir() else []
@@ -156,22 +249,123 @@ def _trust_controller_cas(root: Path) -> None:
     _run(["chroot", str(root), "update-ca-certificates"], "trust the controller's CA certificates in the base image")
 
 
+# --- SSH: the controller's key and the hosts' keys ------------------------------------------------------------
+
+
+def ssh_dir() -> Path:
+    path = cache_root() / "ssh"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def ssh_key() -> Path:
+    """The controller's key for sandboxes (made once): the key a user's machine would have in authorized_keys."""
+    key = ssh_dir() / "id_ed25519"
+    if not key.is_file():
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "provision-sandbox", "-f", str(key)],
+             "make the sandbox SSH key")
+    return key
+
+
+def known_hosts() -> Path:
+    return ssh_dir() / "known_hosts"
+
+
+def _host_pattern(port: int) -> str:
+    return f"[127.0.0.1]:{port}"
+
+
+def _pin_host_key(port: int, public_key: str | None) -> None:
+    """Replace what known_hosts says for 127.0.0.1:port (None: forget it)."""
+    path = known_hosts()
+    pattern = _host_pattern(port)
+    lines = path.read_text().splitlines() if path.is_file() else []
+    kept = [ln for ln in lines if ln.split(" ", 1)[0] != pattern]
+    if public_key:
+        kind, blob = public_key.split()[:2]
+        kept.append(f"{pattern} {kind} {blob}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text("".join(f"{ln}\n" for ln in kept))
+    tmp.replace(path)
+
+
 @dataclass(frozen=True)
 class Sandbox:
     name: str
     release: str
+    port: int  # SSH, published on the controller's 127.0.0.1
 
-    @property
-    def connection(self) -> str:
-        return f"docker://{self.name}"
+    def hostvars(self, connection: str = "ssh") -> dict[str, Any]:
+        return host_connection(self.name, connection, port=self.port)
 
 
-def cache_mounts(release: str) -> list[str]:
-    """`docker run -v` arguments for the shared apt and pip caches."""
+def ssh_port(name: str) -> int | None:
+    """The controller port that reaches the sandbox's sshd, None when the container is not running."""
+    proc = _docker("port", name, "22/tcp")
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        host, _, port = line.strip().rpartition(":")
+        if host in ("127.0.0.1", "0.0.0.0") and port.isdigit():
+            return int(port)
+    return None
+
+
+def ssh_args() -> str:
+    """ssh options for sandboxes: the pinned host keys, strictly; never ask (a changed key is refused at once)."""
+    return (f"-o UserKnownHostsFile={known_hosts()} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
+            "-o BatchMode=yes -o ConnectTimeout=15")
+
+
+def host_connection(name: str, connection: str = "ssh", *, port: int | None = None) -> dict[str, Any]:
+    """Inventory variables that reach sandbox `name`: over SSH as the admin account with sudo (the normal path, as
+    a user's machine is reached), or with `docker exec` as root (connection='docker', an option for speed)."""
+    common: dict[str, Any] = {
+        "ansible_python_interpreter": "/usr/bin/python3",
+        # The sandbox mounts the controller's apt cache and wheelhouse (fill_wheelhouse): pip looks there first.
+        "provision_environment": {"PIP_CACHE_DIR": "/var/cache/provision/pip/users",
+                                  "PIP_FIND_LINKS": WHEELHOUSE_MOUNT},
+        "provision_sandbox": True,
+        # A container has no GPU: the verifier compiles its kernels only, and says so. Chosen here, for these hosts
+        # alone: on any other host the plan's GPU must answer (gpu_verify_compile_only defaults to false).
+        "gpu_verify_compile_only": True,
+    }
+    if connection == "docker":
+        # `docker` (routed to community.docker.docker): the short name is the one Mitogen accelerates.
+        return {"ansible_connection": "docker", **common}
+    if connection != "ssh":
+        raise UsageError(f"sandbox connection '{connection}': use ssh (the default) or docker")
+    port = port or ssh_port(name)
+    if port is None:
+        raise UsageError(f"sandbox {name} is not running; start it with `provision sandbox up {name}`")
+    return {
+        "ansible_host": "127.0.0.1",
+        "ansible_port": port,
+        "ansible_user": ADMIN,
+        "ansible_ssh_private_key_file": str(ssh_key()),
+        "ansible_ssh_common_args": ssh_args(),
+        "ansible_become": True,
+        **common,
+    }
+
+
+def inventory(names: list[str], *, hostvars: dict[str, dict[str, Any]] | None = None,
+              connection: str = "ssh") -> dict[str, Any]:
+    """An inventory of running sandboxes; hostvars adds variables per host (provision_profile, provision_os)."""
+    return {"all": {"hosts": {name: {**host_connection(name, connection), **(hostvars or {}).get(name, {})}
+                              for name in names}}}
+
+
+
+def cache_mounts(release: str, name: str | None = None) -> list[str]:
+    """`docker run -v` arguments for the apt cache, a pip cache and the read-only wheelhouse.
+
+    name: the sandbox's own pip cache (cache_root()/pip/<name>), written by that host alone, so one host cannot
+    poison what another installs; None: the controller's shared one (molecule scenarios). The wheelhouse, filled
+    by the controller, is mounted read-only in every host.
+    """
     codename = DEBIAN_CODENAMES[release]
     apt = cache_root() / "apt" / codename
     (apt / "partial").mkdir(parents=True, exist_ok=True)
-    pip = cache_root() / "pip"
+    pip = cache_root() / "pip" / name if name else cache_root() / "pip"
     pip.mkdir(parents=True, exist_ok=True)
     wheels = wheelhouse_dir()
     return ["-v", f"{apt}:/var/cache/apt/archives", "-v", f"{pip}:/var/cache/provision/pip",
@@ -210,9 +404,12 @@ def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", str(wheels),
            "--only-binary", ":all:", "--python-version", plan.python.version, "--implementation", "cp",
            *[arg for tag in _PLATFORMS for arg in ("--platform", tag)], *reqs]
+    if plan.pip_index_url:  # the plan's PyPI mirror (software.indexes.pypi, --index pypi=URL)
+        cmd += ["--index-url", plan.pip_index_url]
     if log:
         log(f"wheelhouse: downloading {len(reqs)} requirement(s) for Python {plan.python.version} into {wheels}")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # In a session of its own, stopped with everything it started on Ctrl-C, SIGTERM or an error (provision.procs).
+    proc = procs.run(cmd)
     if proc.returncode != 0:
         if log:
             log("wheelhouse: incomplete, hosts download from the index: "
@@ -222,69 +419,120 @@ def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
     return True
 
 
-def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None,
-          network: str | None = None) -> Sandbox:
-    """Start a systemd container from the base image (built if missing), with shared caches.
 
-    Docker's bridge network by default: every sandbox has its own ports (each runs Jupyter on the plan's port, and
-    two sandboxes on the host's network would fight over it). Where the bridge cannot resolve the package
+def engine_cgroups() -> tuple[int, bool]:
+    """The Docker engine's cgroup version (1 or 2; 1 when it does not say) and whether it remaps user namespaces
+    (`docker info`: CgroupVersion, SecurityOptions name=userns)."""
+    proc = _docker("info", "--format", "{{.CgroupVersion}} {{json .SecurityOptions}}")
+    if proc.returncode != 0:
+        return 1, False
+    version, _, options = proc.stdout.strip().partition(" ")
+    return (2 if version == "2" else 1), "name=userns" in options
+
+
+def systemd_run_args(cgroup_version: int, userns: bool) -> list[str]:
+    """`docker run` arguments that let systemd run as the container's PID 1 with as little of the host as the engine
+    allows (docs/hosts.md, "Sandbox privileges").
+
+    cgroup v2 with user namespaces remapped: a private cgroup namespace, whose cgroupfs the engine mounts read-write
+    (it clears the read-only flag in a user namespace): no CAP_SYS_ADMIN, nothing of the host's tree.
+    Otherwise systemd needs the host's hierarchy read-write and CAP_SYS_ADMIN: on cgroup v1 it mounts and manages
+    its controllers there, and on v2 Docker mounts a private namespace's cgroupfs read-only unless the container is
+    privileged (moby/moby#46763; use the private namespace there too once Docker can mount it read-write).
+    --privileged is not used: nested engines refuse it.
+    """
+    if cgroup_version == 2 and userns:
+        return ["--cgroupns", "private"]
+    return ["--cap-add", "SYS_ADMIN", "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw"]
+
+
+def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None,
+          network: str | None = None, sudo_password: str | None = None, log=None, progress=None) -> Sandbox:
+    """Start a stock Debian host in a container (base image built if missing) and let the controller in over SSH.
+
+    sudo_password: the admin account's sudo asks for this password (the account gets it); None: passwordless sudo.
+    Docker's bridge network by default, SSH published on 127.0.0.1 only. Where the bridge cannot resolve the package
     registries, PROVISION_SANDBOX_NETWORK=host puts sandboxes on the host's network (one at a time, then).
     """
     network = network or os.environ.get("PROVISION_SANDBOX_NETWORK", "bridge")
-    tag = ensure_base_image(release)
+    if network == "host":
+        raise UsageError("PROVISION_SANDBOX_NETWORK=host: a sandbox is reached over SSH on a port of its own, which "
+                         "the host network cannot give; use Docker's bridge network")
+    tag = ensure_base_image(release, log=log, progress=progress)
+    key = ssh_key()
+    if progress:
+        progress(f"starting sandbox {name} (systemd, sshd)")
     remove(name)  # a stale sandbox of this name; refuses to touch a container provision did not start
     cmd = [
-        "docker",
-        "run",
-        "-d",
-        "--name",
-        name,
-        "--label",
-        f"{LABEL}=1",
-        "--network",
-        network,
-        # systemd as PID 1 needs CAP_SYS_ADMIN and the cgroup tree; --privileged is refused by nested engines.
-        "--cap-add",
-        "SYS_ADMIN",
-        "--cgroupns",
-        "host",
-        "-v",
-        "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-        "--tmpfs",
-        "/run",
-        "--tmpfs",
-        "/run/lock",
-        "-e",
-        "PIP_CACHE_DIR=/var/cache/provision/pip",
-        *cache_mounts(release),
+        "docker", "run", "-d", "--name", name, "--label", f"{LABEL}=1", "--network", network,
+        *systemd_run_args(*engine_cgroups()),
+        "--tmpfs", "/run", "--tmpfs", "/run/lock",
+        *cache_mounts(release, name),
     ]
-    if hostname:
-        cmd += ["--hostname", hostname]
+    # A port of its own, fixed for the container's life: a host that reboots (docker restart) keeps its address.
+    cmd += ["--publish", f"127.0.0.1:{_free_port()}:22", "--hostname", hostname or name]
     cmd += [*(extra_args or []), tag, "/sbin/init"]
     _run(cmd, f"start sandbox {name}")
     wait_ready(name)
-    # The image's package lists are as old as the image (and debootstrap fetched main only): refresh them, as a
-    # host that is about to be provisioned would have.
-    _run(["docker", "exec", name, "apt-get", "update", "-qq"], f"sandbox {name}: apt-get update")
-    # pip runs as the plan's non-root account: give it a writable directory in the shared pip cache.
-    _run(["docker", "exec", name, "install", "-d", "-m", "1777", "/var/cache/provision/pip/users"],
-         f"sandbox {name}: pip cache directory")
-    return Sandbox(name=name, release=release)
+    # What a cloud provider's first boot does (cloud-init): the user's key and sudo rule (host keys: the image).
+    sudo_rule = f"{ADMIN} ALL=(ALL:ALL) " + ("ALL" if sudo_password else "NOPASSWD:ALL")
+    script = (
+        "set -e; "
+        f"install -d -m 0700 -o {ADMIN} -g {ADMIN} /home/{ADMIN}/.ssh; "
+        f"cat > /home/{ADMIN}/.ssh/authorized_keys; "
+        f"chown {ADMIN}:{ADMIN} /home/{ADMIN}/.ssh/authorized_keys; chmod 0600 /home/{ADMIN}/.ssh/authorized_keys; "
+        f"echo '{sudo_rule}' > /etc/sudoers.d/90-{ADMIN}; chmod 0440 /etc/sudoers.d/90-{ADMIN}; "
+        # pip runs as the plan's non-root account: a directory of its own in this host's own pip cache (no other
+        # sandbox mounts it).
+        "install -d -m 1777 /var/cache/provision/pip/users"
+    )
+    _run(["docker", "exec", "-i", name, "sh", "-c", script], f"sandbox {name}: SSH key and sudo",
+         input=(key.with_suffix(".pub")).read_text())
+    if sudo_password:  # on standard input, never on a command line
+        _run(["docker", "exec", "-i", name, "chpasswd"], f"sandbox {name}: admin password",
+             input=f"{ADMIN}:{sudo_password}\n")
+    port = ssh_port(name)
+    if port is None:
+        raise RunnerError(f"sandbox {name}: docker did not publish its SSH port")
+    host_key = _run(["docker", "exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"],
+                    f"sandbox {name}: read its host key").stdout
+    _pin_host_key(port, host_key)
+    _wait_ssh(name, port, key)
+    return Sandbox(name=name, release=release, port=port)
 
 
-def start_fleet(names: list[str], release: str, *, network: str | None = None) -> list[Sandbox]:
-    """Start several sandboxes (one at a time: each start is a short burst of systemd and apt work)."""
-    ensure_base_image(release)
-    return [start(name, release, hostname=name, network=network) for name in names]
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ssh(name: str, port: int, key: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        proc = subprocess.run(["ssh", *ssh_args().split(), "-i", str(key), "-p", str(port), f"{ADMIN}@127.0.0.1",
+                               "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode == 0:
+            return
+        last = proc.stderr.strip().splitlines()[-1:] and proc.stderr.strip().splitlines()[-1]
+        time.sleep(0.5)
+    raise RunnerError(f"sandbox {name}: SSH on 127.0.0.1:{port} did not let the admin account in within "
+                      f"{timeout:.0f}s ({last})")
+
+
+def start_fleet(names: list[str], release: str, *, network: str | None = None, log=None,
+                progress=None) -> list[Sandbox]:
+    """Start several sandboxes (one at a time: each start is a short burst of systemd work)."""
+    ensure_base_image(release, log=log, progress=progress)
+    return [start(name, release, network=network, progress=progress) for name in names]
 
 
 def wait_ready(name: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
-        proc = subprocess.run(
-            ["docker", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True
-        )
+        proc = _docker("exec", name, "systemctl", "is-system-running")
         state = proc.stdout.strip()
         if state in ("running", "degraded"):
             return
@@ -292,12 +540,22 @@ def wait_ready(name: str, timeout: float = 60) -> None:
     raise RunnerError(f"sandbox {name}: systemd did not come up within {timeout:.0f}s (state '{state}')")
 
 
+def is_running(name: str) -> bool:
+    proc = _docker("inspect", "-f", "{{.State.Running}}", name)
+    return proc.returncode == 0 and proc.stdout.strip() == "true"
+
+
 def remove(name: str) -> None:
-    """Remove a container, only if provision started it (it carries the sandbox label)."""
-    proc = subprocess.run(["docker", "inspect", "-f", f'{{{{index .Config.Labels "{LABEL}"}}}}', name],
-                          capture_output=True, text=True)
+    """Remove a container, only if provision started it (it carries the sandbox label), and forget its host key."""
+    proc = _docker("inspect", "-f", f'{{{{index .Config.Labels "{LABEL}"}}}}', name)
     if proc.returncode != 0:
         return  # no such container
     if proc.stdout.strip() != "1":
         raise RunnerError(f"container {name} was not started by provision (no {LABEL} label); not removing it")
+    from provision import tunnel
+
+    tunnel.stop(name)  # the SSH tunnel to its Jupyter (provision.tunnel) must not outlive the host
+    port = ssh_port(name)
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    if port is not None:
+        _pin_host_key(port, None)

@@ -10,16 +10,23 @@ Records are written by `provision apply` after each run and read by `provision a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from provision.errors import RunnerError
+
 RECORD_SCHEMA = "provision.applied/1"
 RUN_SCHEMA = "provision.run/1"
+LOCK_NAME = ".lock"  # in each directory of records: hosts/<host>/.lock, runs/.lock
 
 
 def state_dir() -> Path:
@@ -35,11 +42,56 @@ def _safe(name: str) -> str:
     return "_" + safe if safe.startswith(".") else safe
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)  # a reader never sees half a record
+class StateError(RunnerError):
+    """A record could not be written (a full disk, a read-only state directory): exit 3, one line that says what
+    was not recorded."""
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive flock on `directory`/.lock for the time of one write: two writers of one host's record (two
+    provision processes, two threads) take turns. Short-lived and blocking, unlike the apply locks of provision.fleet,
+    which refuse a second apply: this one only orders writes."""
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _write(path: Path, data: dict[str, Any], what: str) -> None:
+    """Replace `path` with `data` atomically: a unique temporary file in the same directory, written and fsynced,
+    renamed over the old one and the directory fsynced, under the directory's lock. A reader sees the old record or
+    the new one, never half of one; a crash or a full disk leaves the old one and no temporary file."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    directory = path.parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with _locked(directory):
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dir_fd)  # the rename itself survives a power cut
+            finally:
+                os.close(dir_fd)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise StateError(
+            f"{what} was not recorded: writing {path} failed ({reason}); the earlier record, if any, is unchanged. "
+            f"Free space in {directory} (or set PROVISION_STATE to a writable directory), then run the same command "
+            "again to record it"
+        ) from None
 
 
 def record_path(host: str) -> Path:
@@ -47,8 +99,9 @@ def record_path(host: str) -> Path:
 
 
 def write_record(host: str, record: dict[str, Any]) -> Path:
+    """Raises StateError (exit 3) when the record cannot be written; the apply on the host has happened."""
     path = record_path(host)
-    _write(path, {"schema": RECORD_SCHEMA, **record})
+    _write(path, {"schema": RECORD_SCHEMA, **record}, f"the apply on {host}")
     return path
 
 
@@ -79,7 +132,7 @@ def write_run(inventory: str, results: dict[str, dict[str, Any]]) -> Path:
     """results: host -> {"result": ok|failed|unreachable|interrupted, "profile", "step", "message"}."""
     path = state_dir() / "runs" / f"{run_key(inventory)}.json"
     _write(path, {"schema": RUN_SCHEMA, "inventory": inventory, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                  "hosts": results})
+                  "hosts": results}, f"the run on {inventory} (which hosts failed, for `apply --failed`)")
     return path
 
 

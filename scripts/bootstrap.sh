@@ -7,11 +7,17 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v chroot >/dev/null 2>&1 || need_apt+=(coreutils)
+# Sandboxes are reached over SSH, as a user's machines are.
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+# The browser test (tests/integration/test_browser.py) opens the demo's JupyterLab URL in a headless Chromium.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: please install ${need_apt[*]} (apt-get install ${need_apt[*]}) and run again" >&2
     exit 3
   fi
+  echo "bootstrap: installing ${need_apt[*]} with apt-get (once; a minute or two)" >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
@@ -29,6 +35,7 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.provision-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing provision and its test tools into .venv (once; 1-3 minutes)" >&2
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test]'
   touch "$stamp"

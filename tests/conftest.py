@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     have_docker = docker_available() if any("docker" in i.keywords for i in items) else True
     for item in items:
         if "heavy" in item.keywords and not heavy:
-            item.add_marker(pytest.mark.skip(reason="downloads full framework wheels: set PROVISION_HEAVY=1 to run"))
+            item.add_marker(pytest.mark.skip(reason="heavy (framework wheels, or pip resolving every plan): set PROVISION_HEAVY=1 to run"))
         if "docker" in item.keywords and not have_docker:
             # CI requires Docker: .ci/run sets PROVISION_REQUIRE_DOCKER=1, so there these tests run and fail loudly.
             if os.environ.get("PROVISION_REQUIRE_DOCKER") != "1":

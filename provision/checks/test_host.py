@@ -1,7 +1,9 @@
 """What `provision apply` promised, checked on the host with testinfra.
 
 The plan comes as JSON in the file named by PROVISION_CHECK_PLAN (written by provision.apply.run_check).
-Tokens never reach Python: the HTTP checks read the token file on the host inside one shell command.
+Every check uses only what a stock Debian host has and what the roles installed (no curl): the HTTP checks run
+http_status.py with the host's own /usr/bin/python3 in isolated mode, as the plan's user, and that script reads the
+token file itself, so the token never reaches the controller, a command line or the output.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,8 @@ VENV = PLAN["python"]["venv"]
 USER = PLAN["user"]
 STATE_DIR = "/var/lib/provision/jupyter"  # jupyter role default (jupyter_state_dir)
 SERVICE = "provision-jupyter"  # jupyter role default (jupyter_service_name)
+SYSTEM_PYTHON = "/usr/bin/python3"  # the one Ansible itself runs on the host (ansible_python_interpreter)
+HTTP_STATUS = (Path(__file__).parent / "http_status.py").read_text()
 
 
 def _pip_pins() -> list[tuple[str, str]]:
@@ -75,6 +80,12 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
+def as_user(command: str) -> str:
+    """command run as the plan's user: the environment is the user's to write, and its interpreter loads whatever the
+    user put there (a .pth file runs at start-up), so a check never starts it as root (docs/security.md)."""
+    return command if USER == "root" else f"sudo -n -u {shlex.quote(USER)} {command}"
+
+
 def test_cuda_environment_for_login_shells(host):
     """The cuda role's profile script: a login shell of the plan's user finds the planned CUDA."""
     home = host.run(f"su - {shlex.quote(USER)} -c 'printf %s \"$CUDA_HOME\"'")
@@ -86,9 +97,9 @@ def test_cuda_environment_for_login_shells(host):
 @pytest.mark.parametrize("framework", [] if SKIP_FRAMEWORKS else PLAN["frameworks"], ids=lambda f: f["package"])
 def test_framework_at_planned_version(host, framework):
     """Installed by provision or preinstalled by the platform (Colab), the environment has the planned build."""
-    out = host.run(f"{VENV}/bin/python -c "
-                   f"{shlex.quote('import importlib.metadata as m, sys; print(m.version(sys.argv[1]))')} "
-                   f"{shlex.quote(framework['package'])}")
+    out = host.run(as_user(f"{VENV}/bin/python -c "
+                           f"{shlex.quote('import importlib.metadata as m, sys; print(m.version(sys.argv[1]))')} "
+                           f"{shlex.quote(framework['package'])}"))
     assert out.rc == 0, f"{framework['package']} is not installed in {VENV} (nor in what it sees of the system)"
     assert out.stdout.strip().split("+")[0] == framework["version"], (
         f"{framework['package']} {out.stdout.strip()}, plan says {framework['version']}")
@@ -103,7 +114,7 @@ def test_venv_owned_by_plan_user(host):
 @pytest.mark.parametrize(("name", "version"), _pip_pins(), ids=lambda v: str(v))
 def test_pip_package_at_planned_version(host, name, version):
     name = name.split("[", 1)[0]
-    out = host.run(f"{VENV}/bin/python -m pip show {shlex.quote(name)}")
+    out = host.run(as_user(f"{VENV}/bin/python -m pip show {shlex.quote(name)}"))
     assert out.rc == 0, f"{name} not installed in {VENV}"
     installed = next((ln.split(":", 1)[1].strip() for ln in out.stdout.splitlines() if ln.startswith("Version:")), "")
     assert installed == version, f"{name} {installed}, plan says {version}"
@@ -114,17 +125,25 @@ def test_jupyter_service_running_as_user(host):
         pytest.skip("jupyter disabled in the plan")
     svc = host.service(SERVICE)
     assert svc.is_running and svc.is_enabled
-    pid = host.check_output(f"systemctl show -p MainPID --value {SERVICE}")
-    assert host.check_output(f"ps -o user= -p {pid}").strip() == USER
+    pid = host.check_output(f"systemctl show -p MainPID --value {SERVICE}").strip()
+    assert pid not in ("", "0"), f"{SERVICE} has no main process"
+    # /proc rather than ps: procps is not part of a minimal Debian.
+    status = host.file(f"/proc/{pid}/status").content_string
+    uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), "")
+    assert uid == str(host.user(USER).uid), f"{SERVICE} (pid {pid}) runs as uid {uid}, not {USER}"
 
 
 def _status(host, with_token: bool) -> str:
+    """The HTTP status of Jupyter's /api/status, asked on the host by the plan's user (who alone may read the token)."""
     j = PLAN["jupyter"]
     scheme = "https" if j["tls"] else "http"
     addr = "127.0.0.1" if j["bind"] in ("0.0.0.0", "127.0.0.1") else j["bind"]
-    auth = f"-H \"Authorization: token $(cat {STATE_DIR}/token)\"" if with_token else ""
-    cmd = f"curl -sk -o /dev/null -w '%{{http_code}}' {auth} {scheme}://{addr}:{j['port']}/api/status"
-    return host.run(f"sh -c {shlex.quote(cmd)}").stdout.strip()
+    addr = "[::1]" if addr == "::" else (f"[{addr}]" if ":" in addr else addr)
+    url = f"{scheme}://{addr}:{j['port']}/api/status"
+    args = [url, f"{STATE_DIR}/token"] if with_token else [url]
+    out = host.run("sudo -n -u %s " + SYSTEM_PYTHON + " -I -c %s" + " %s" * len(args), USER, HTTP_STATUS, *args)
+    assert out.rc == 0, f"GET {url} as {USER} failed (exit {out.rc}): {out.stderr.strip()}"
+    return out.stdout.strip()
 
 
 @pytest.mark.parametrize(("with_token", "expected"), [(True, "200"), (False, "403")], ids=["token-200", "no-token-403"])

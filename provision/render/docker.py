@@ -8,20 +8,28 @@ the output is byte-for-byte deterministic. The build context that goes with the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import shlex
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import jinja2
 
 from provision import __version__
-from provision.errors import UsageError
-from provision.models import Plan
+from provision.errors import UsageError, printable, show
+from provision.models import FrameworkPlan, Plan
+from provision.plan_rules import IMAGE_REF
 from provision.resources import share_dir
 
 TEMPLATE = "Dockerfile.j2"
 LAUNCHER = Path("docker") / "jupyter_launch.py"  # under templates/, copied into the build context
 IMAGE_UID = 1000  # the first regular account on Debian/Ubuntu; matches a typical host user for bind mounts
+# The account name the image's shell commands receive; the profile's `software.user` has the same rule.
+_ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+# NVIDIA's cuDNN wheels on PyPI are nvidia-cudnn-cu11, -cu12, -cu13: a framework's dependency on one of them is
+# left out where the base image carries cuDNN itself (one cuDNN per image).
+CUDNN_WHEEL_PREFIX = "nvidia-cudnn-"
 
 BaseKind = Literal["cuda", "l4t", "plain"]
 
@@ -51,14 +59,28 @@ def _split_reference(image: str) -> tuple[str, str]:
 
 
 def base_has_cudnn(image: str) -> bool:
+    """Whether cuDNN ships in the base: L4T images (JetPack's), and nvidia/cuda images whose tag says `cudnn`."""
     return base_kind(image) == "l4t" or base_kind(image) == "cuda" and "cudnn" in _split_reference(image)[1]
+
+
+def base_without_cudnn(image: str) -> str | None:
+    """The same nvidia/cuda image without cuDNN (`12.6.3-cudnn-runtime-ubuntu24.04` -> `12.6.3-runtime-ubuntu24.04`),
+    or None where the base is no nvidia/cuda cuDNN image."""
+    if base_kind(image) != "cuda" or not base_has_cudnn(image):
+        return None
+    repo, tag = _split_reference(image)
+    return f"{repo}:{re.sub(r'-cudnn[0-9]*-', '-', tag, count=1)}"
 
 
 def with_base_image(plan: Plan, image: str | None) -> Plan:
     """The same plan with a user-given base image (`--base-image`: a mirror, an air-gapped registry, a local image)."""
     if not image or image == plan.image.base_image:
         return plan
-    return plan.model_copy(update={"image": plan.image.model_copy(update={"base_image": image})})
+    if not IMAGE_REF.fullmatch(image) or len(image) > 255:
+        raise UsageError(f"--base-image {show(image, 120)!r} is not an image reference "
+                         "([registry[:port]/]name[:tag][@sha256:digest], lower-case name)")
+    # Another base: the digest seen for the old one (if any) says nothing about it.
+    return plan.model_copy(update={"image": plan.image.model_copy(update={"base_image": image, "base_digest": None})})
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,15 @@ class WheelGroup:
     requirements: tuple[str, ...]
     index_url: str | None = None  # where the controller downloads them from (None: PyPI)
     no_deps: bool = False  # exactly the listed wheels: download and install with --no-deps
+    # Distributions (name prefixes, canonical form) dropped from the group's resolved dependencies: the controller
+    # downloads with dependencies, deletes these wheels and lists the rest exactly; the image installs that list
+    # with --no-deps. Used for a framework's cuDNN wheels on a base that carries cuDNN.
+    leave_out: tuple[str, ...] = ()
+
+    @property
+    def install_no_deps(self) -> bool:
+        """The Dockerfile installs this group with --no-deps (its requirements.txt is then the complete list)."""
+        return self.no_deps or bool(self.leave_out)
 
 
 def _cuda_from_wheels(plan: Plan) -> bool:
@@ -84,6 +115,37 @@ def _cudnn_from_wheels(plan: Plan) -> bool:
         and base_kind(plan.image.base_image) != "l4t"
         and not base_has_cudnn(plan.image.base_image)
     )
+
+
+def cudnn_in_base(plan: Plan) -> bool:
+    """The image's cuDNN is the base image's: no cuDNN is installed on top of it, by wheel or package."""
+    return plan.cudnn.version is not None and base_has_cudnn(plan.image.base_image)
+
+
+def cudnn_origin(plan: Plan, *, skip_frameworks: bool = False) -> str:
+    """Where the image's cuDNN comes from, for the Dockerfile's header (a phrase without a final stop)."""
+    base = plan.image.base_image
+    if plan.cudnn.version is None:
+        return "none planned"
+    if base_kind(base) == "l4t":
+        return f"JetPack's, in the L4T base {base}"
+    if cudnn_in_base(plan):
+        dropped = [f.package for f in frameworks_with_cudnn_wheels(plan, skip_frameworks=skip_frameworks)]
+        return (f"the base image's (its tag says cudnn; `provision build` checks it against the planned "
+                f"{plan.cudnn.version})" + (f". One cuDNN: {', '.join(dropped)}'s {CUDNN_WHEEL_PREFIX}* wheels are left out"
+                                            if dropped else ""))
+    if _cudnn_from_wheels(plan):
+        return f"PyPI wheels ({', '.join(sorted(plan.cudnn.packages))}), in the cuda wheel group"
+    if plan.cudnn.install and plan.cudnn.source not in ("pypi", "platform", "framework", None):
+        return f"the distribution's packages ({', '.join(sorted(plan.cudnn.packages))})"
+    return f"as the plan's frameworks bring it ({plan.cudnn.source})"
+
+
+def frameworks_with_cudnn_wheels(plan: Plan, *, skip_frameworks: bool = False) -> list[FrameworkPlan]:
+    """The frameworks whose PyPI wheels depend on NVIDIA's cuDNN wheels, which the image leaves out (cuDNN in base)."""
+    if skip_frameworks or not cudnn_in_base(plan) or plan.cudnn.source != "pypi":
+        return []
+    return [f for f in sorted(plan.frameworks, key=lambda f: f.name) if f.cudnn]
 
 
 def cuda_apt_packages(plan: Plan) -> tuple[str, ...]:
@@ -121,11 +183,13 @@ def wheel_groups(plan: Plan, *, skip_frameworks: bool = False) -> list[WheelGrou
             tuple(sorted(set(cuda_reqs))), no_deps=True,
         ))
     if not skip_frameworks:
+        drop_cudnn = {f.name for f in frameworks_with_cudnn_wheels(plan)}
         for fw in sorted(plan.frameworks, key=lambda f: f.name):
+            leave_out = (CUDNN_WHEEL_PREFIX,) if fw.name in drop_cudnn else ()
             groups.append(WheelGroup(
                 f"framework-{fw.name}", f"{fw.package} {fw.version}" + (f" ({fw.variant})" if fw.variant else ""),
                 "large; changes with the framework pin, less often than the tools after it",
-                tuple(sorted(fw.requirements)), fw.index_url,
+                tuple(sorted(fw.requirements)), fw.index_url, leave_out=leave_out,
             ))
     verify = plan.verify
     verify_reqs = {*verify.nvrtc_requirements, *verify.cuda_python_requirements, verify.numpy_requirement}
@@ -139,6 +203,8 @@ def wheel_groups(plan: Plan, *, skip_frameworks: bool = False) -> list[WheelGrou
             "jupyter", "JupyterLab", "the wheels most likely to change, so they come last",
             tuple(sorted(plan.jupyter.requirements)),
         ))
+    if plan.pip_index_url:  # a PyPI mirror the profile or --index named: every group not from its own index
+        groups = [g if g.index_url else replace(g, index_url=plan.pip_index_url) for g in groups]
     return groups
 
 
@@ -149,6 +215,25 @@ def frameworks_label(plan: Plan, *, skip_frameworks: bool = False) -> str:
         return "none"
     return ",".join(f"{f.package}=={f.version}" + (f"+{f.variant}" if f.variant else "") for f in
                     sorted(plan.frameworks, key=lambda f: f.name))
+
+
+def cudnn_label(plan: Plan) -> str:
+    """io.provision.cudnn.source: base-image | pypi | the plan's source (platform, framework, a distribution)."""
+    if plan.cudnn.version is None:
+        return "none"
+    if cudnn_in_base(plan):
+        return "base-image"
+    return plan.cudnn.source or "none"
+
+
+def image_account(plan: Plan) -> tuple[str, int, str]:
+    """(name, uid, home) of the account the image runs as, checked here as well as in the profile: these go into
+    a shell command of the Dockerfile."""
+    if not _ACCOUNT.fullmatch(plan.user):
+        raise UsageError(f"{plan.profile}: user {plan.user!r} is not a valid account name for the image "
+                         "(lower-case letters, digits, '_' and '-', starting with a letter or '_', at most 32); "
+                         "set software.user in the profile")
+    return plan.user, IMAGE_UID, f"/home/{plan.user}"
 
 
 def require_cuda(plan: Plan) -> tuple[str, str]:
@@ -181,6 +266,7 @@ def labels(plan: Plan, *, skip_frameworks: bool = False) -> list[tuple[str, str]
         "io.provision.cuda": plan.cuda.version,
         "io.provision.cuda.source": plan.cuda.source,
         "io.provision.cudnn": plan.cudnn.version or "none",
+        "io.provision.cudnn.source": cudnn_label(plan),
         "io.provision.driver.min": plan.driver.min_version or "unknown",
         "io.provision.driver.branch": plan.driver.branch or "platform",
         "io.provision.gpu.model": plan.gpu.model,
@@ -194,16 +280,31 @@ def labels(plan: Plan, *, skip_frameworks: bool = False) -> list[tuple[str, str]
         "io.provision.user": plan.user,
         "io.provision.version": __version__,
     }
+    if plan.image.base_digest:  # known once `provision build` has seen the base (a saved plan from a build)
+        values["org.opencontainers.image.base.digest"] = plan.image.base_digest
     for key, value in values.items():
-        if '"' in value or "\\" in value or "\n" in value:
-            raise UsageError(f"{plan.profile}: label {key} would contain a quote, backslash or newline: {value!r}")
+        # Inside LABEL's double quotes: a quote or backslash would end or escape the value, `$` is substituted.
+        if '"' in value or "\\" in value or "$" in value or printable(value) != value:
+            raise UsageError(f"{plan.profile}: label {key} would contain a quote, backslash, '$' or control "
+                             f"character: {show(value, 120)}")
     return sorted(values.items())
 
 
 def source_name(plan: Plan, profile_path: str | Path | None) -> str:
-    """`profiles/<name>.yaml`: the profile's folder and file name, never an absolute path (golden files, privacy)."""
+    """`profiles/<name>.yaml`: the profile's folder and file name, never an absolute path (golden files, privacy),
+    with control characters escaped: it goes into a comment line, which a line break would end."""
     path = Path(profile_path or plan.profile_path or f"profiles/{plan.profile}.yaml")
-    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+    return printable(f"{path.parent.name}/{path.name}" if path.parent.name else path.name)
+
+
+def _one_line(value: object) -> object:
+    """The Jinja `finalize` of the Dockerfile: every `{{ value }}` the template prints stays on its line. A value
+    with a line break (or any control character) would start a new instruction; the plan's allow-lists
+    (provision.plan_rules) keep them out, and this refuses one that got past them rather than writing it."""
+    if isinstance(value, str) and printable(value) != value:
+        raise UsageError(f"a value for the Dockerfile has control characters ({show(value, 120)}); "
+                         "make the plan again with `provision plan`")
+    return value
 
 
 def _env() -> jinja2.Environment:
@@ -214,6 +315,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,  # a Dockerfile, not HTML  # noqa: S701
+        finalize=_one_line,
     )
 
 
@@ -239,6 +341,7 @@ def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, ski
     cuda_apt = cuda_apt_packages(plan)
     apt = sorted({*plan.image.apt_packages, *plan.python.packages, *cuda_apt})
     require, require_why = require_cuda(plan)
+    user, uid, home = image_account(plan)
     return _env().get_template(TEMPLATE).render(
         plan=plan,
         version=__version__,
@@ -251,6 +354,10 @@ def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, ski
         require_cuda=require,
         require_cuda_why=require_why,
         labels=labels(plan, skip_frameworks=skip_frameworks),
-        uid=IMAGE_UID,
+        uid=uid,
+        home=home,
+        sh_user=shlex.quote(user),
+        sh_home=shlex.quote(home),
+        cudnn_origin=cudnn_origin(plan, skip_frameworks=skip_frameworks),
         cuda_home=plan.cuda.home if kind == "plain" else None,  # CUDA in the base: its own layout, not the host's
     )

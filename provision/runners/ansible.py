@@ -5,7 +5,12 @@ Exit codes (provision.errors): 0 every host ok, 1 a host failed, 3 a host was un
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -14,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, RunnerError
 from provision.resources import share_dir
 
@@ -44,6 +50,8 @@ class RunResult:
     host_failures: dict[str, tuple[str, str]] = field(default_factory=dict)  # host -> (first failed task, msg)
     # Seconds each task took, summed over hosts (from the events' durations): where a run's time goes (bench/).
     task_seconds: dict[str, float] = field(default_factory=dict)
+    # --check: what each host's roles said they could not predict (a prerequisite an earlier step installs).
+    unpredicted: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -76,7 +84,19 @@ _CAUSES = (
                               "index URL)"),
     ("No matching distribution found", "a planned version is not on the package index the host uses"),
     ("Could not get lock", "another process holds the apt/dpkg lock"),
+    ("Could not import the python3-apt module", "python3-apt is missing on the host and Ansible's apt module could not "
+                                                "install it (run `apt-get update && apt-get install python3-apt` there)"),
+    ("No package matching", "a planned package is not in the host's apt lists (a component such as non-free is not "
+                            "enabled, or the planned version has left the archive)"),
+    ("has no installation candidate", "a planned package is not in the host's apt lists (a component such as non-free "
+                                      "is not enabled, or the planned version has left the archive)"),
+    ("no enabled apt entry for Debian's own archive", "the host has no apt entry for Debian's archive to enable "
+                                                      "components on"),
 )
+
+
+# A role's rescue step names the cause and what to do itself ("cuda: task 'x' failed on h: <cause> <module's words>").
+_ROLE_FAILURE = re.compile(r"^[a-z][a-z0-9_]*: task '[^']*' failed on \S+: ")
 
 
 def failure_message(res: dict[str, Any]) -> str:
@@ -84,6 +104,9 @@ def failure_message(res: dict[str, Any]) -> str:
     items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
     if items:  # a loop: the first failed item says what went wrong
         return failure_message(items[0])
+    if _ROLE_FAILURE.match(str(res.get("msg") or "")):
+        # Kept whole (up to 900 characters): cutting it around a needle below would cut off the role's advice.
+        return " ".join(str(res["msg"]).split())[:900]
     text = " ".join(str(res.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr", "reason"))
     own = _one_line(res.get("msg") or res.get("stderr") or res.get("module_stderr") or res.get("reason") or "")
     for needle, cause in _CAUSES:
@@ -93,6 +116,57 @@ def failure_message(res: dict[str, Any]) -> str:
             detail = own[max(0, at - 120):at + 180] if at > 120 else own[:300]
             return f"{cause}: {detail}"
     return own
+
+
+# Why a host could not be reached (SSH's and Mitogen's words), and what to do. Most specific first.
+_UNREACHABLE_CAUSES = (
+    ("REMOTE HOST IDENTIFICATION HAS CHANGED", "the host's SSH key is not the one known for it (refused: if the host "
+     "was reinstalled, remove the old key with `ssh-keygen -R HOST` and connect once to check the new one)"),
+    ("unrecognized or mismatching host key", "the host's SSH key is unknown or changed (refused: check it and add "
+     "it to known_hosts, e.g. `ssh HOST` once, or `ssh-keygen -R HOST` if it was reinstalled)"),
+    ("Host key verification failed", "the host's SSH key is unknown or changed (refused: check it and add it to "
+     "known_hosts, e.g. `ssh HOST` once, or `ssh-keygen -R HOST` if it was reinstalled)"),
+    ("Permission denied", "SSH refused the login (check ansible_user and the key or password for it)"),
+    ("Connection refused", "nothing accepts SSH connections at the host's address and port (is sshd running, is "
+     "ansible_port right?)"),
+    ("Connection timed out", "the host did not answer on its SSH port (address, port or firewall)"),
+    ("No route to host", "the host's address cannot be reached from here"),
+    ("Could not resolve hostname", "the host's name does not resolve (check ansible_host)"),
+    ("Incorrect sudo password", "sudo refused the password (check --ask-become-pass or ansible_become_password)"),
+    ("sudo password is incorrect", "sudo refused the password (check --ask-become-pass or ansible_become_password)"),
+    ("sudo password is required", "sudo asks for a password and none was given (use --ask-become-pass, or set "
+     "ansible_become_password in the inventory or a vault)"),
+    ("Missing sudo password", "sudo asks for a password and none was given (use --ask-become-pass, or set "
+     "ansible_become_password in the inventory or a vault)"),
+)
+
+
+def _is_become_failure(res: dict[str, Any]) -> bool:
+    text = str(res.get("msg") or "") + str(res.get("module_stderr") or "")
+    return "sudo password" in text or "privilege escalation" in text.lower()
+
+
+def unreachable_message(res: dict[str, Any]) -> str:
+    text = " ".join(str(res.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr"))
+    for needle, cause in _UNREACHABLE_CAUSES:
+        if needle in text:
+            return cause
+    return _one_line(res.get("msg") or text)
+
+
+# The roles' debug messages in check mode that name what a dry run cannot predict (roles/README.md).
+UNPREDICTABLE = "provision --check cannot predict: "
+
+
+def unpredicted_line(event: dict[str, Any]) -> tuple[str, str] | None:
+    """(host, what) for a role's 'cannot predict' message in check mode, None for any other event."""
+    if event.get("event") != "runner_on_ok":
+        return None
+    data = event.get("event_data", {})
+    msg = (data.get("res") or {}).get("msg")
+    if isinstance(msg, str) and msg.startswith(UNPREDICTABLE):
+        return data.get("host", "?"), msg.removeprefix(UNPREDICTABLE)
+    return None
 
 
 def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
@@ -105,10 +179,13 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
     if state == "ok" and res.get("changed"):
         state = "changed"
     msg = ""
-    if state in ("failed", "unreachable"):
+    if state == "failed":
         if data.get("ignore_errors"):
             state = "ignored"
-        msg = failure_message(res)
+        # sudo's refusals arrive as failed tasks ("Missing sudo password"); they mean the same as for a connection.
+        msg = unreachable_message(res) if _is_become_failure(res) else failure_message(res)
+    elif state == "unreachable":
+        msg = unreachable_message(res)
     return data.get("host", "?"), data.get("task", "?"), state, msg
 
 
@@ -128,6 +205,47 @@ def strategy_env() -> dict[str, str]:
     return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": wanted}
 
 
+# Seconds ansible-playbook gets to stop on SIGINT (it ends its tasks' workers and prints its recap), then after
+# SIGTERM to every process of the run, before ansible-runner kills its process group and procs.stop what is left.
+POLITE_SECONDS = 10.0
+TERM_SECONDS = 5.0
+
+
+class _Cancel:
+    """ansible-runner's cancel_callback (called about once a second): once Ctrl-C or SIGTERM asked, SIGINT to
+    ansible-playbook's process group (what Ctrl-C would do in its terminal); POLITE_SECONDS later SIGTERM to every
+    process of the run; TERM_SECONDS later True, and ansible-runner SIGKILLs the process group."""
+
+    def __init__(self, token: str, asked: Callable[[], int | None]) -> None:
+        self.token, self.asked = token, asked
+        self.started: float | None = None
+        self.termed: float | None = None
+
+    def __call__(self) -> bool:
+        import signal
+
+        if self.asked() is None:
+            return False
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+            me = os.getpid()
+            for pid in procs.find(tokens=[self.token]):
+                if procs.parent(pid) == me:  # ansible-playbook, the leader of its session and process group
+                    with contextlib.suppress(OSError):
+                        os.killpg(pid, signal.SIGINT)
+            return False
+        if self.termed is None:
+            if now - self.started < POLITE_SECONDS:
+                return False
+            self.termed = now
+            for pid in procs.find(tokens=[self.token]):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            return False
+        return now - self.termed >= TERM_SECONDS
+
+
 def run_playbook(
     project_dir: str | Path,
     inventory: str | Path,
@@ -139,6 +257,8 @@ def run_playbook(
     forks: int | None = None,
     on_task: Callable[[str, str, str, str], None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    become_password: str | None = None,
+    vault_password_file: str | Path | None = None,
 ) -> RunResult:
     """Run project_dir/site.yml against inventory; call on_task(host, task, state, msg) for each task result
     and on_start(task) when a task starts (the CLI shows it while it runs: apt and pip tasks take minutes)."""
@@ -146,18 +266,27 @@ def run_playbook(
         import ansible_runner
     except ImportError:
         raise RunnerError("ansible-runner is not installed (pip install ansible-runner)") from None
-    cmdline = " ".join(x for x in ("--check" if check else "", "--diff" if diff else "") if x)
+    args = ["--check"] if check else []
+    args += ["--diff"] if diff else []
+    if vault_password_file:
+        args += ["--vault-password-file", shlex.quote(str(Path(vault_password_file).resolve()))]
+    cmdline = " ".join(args)
+
     failures: list[str] = []
     host_failures: dict[str, tuple[str, str]] = {}
 
     final: dict[str, Any] = {}
     task_seconds: dict[str, float] = {}
+    unpredicted: dict[str, list[str]] = {}
 
     def handler(event: dict[str, Any]) -> bool:
         if event.get("event") == "playbook_on_stats":
             final.update(event.get("event_data", {}))
         if on_start and event.get("event") == "playbook_on_task_start":
             on_start(event.get("event_data", {}).get("task", "?"))
+        said = unpredicted_line(event)
+        if said is not None:
+            unpredicted.setdefault(said[0], []).append(said[1])
         line = task_line(event)
         if line is not None:
             host, task, state, msg = line
@@ -171,18 +300,41 @@ def run_playbook(
                 on_task(host, task, state, msg)
         return False  # do not keep the event files: they hold every task's full result
 
-    # Ctrl-C: let ansible-runner stop ansible-playbook (it runs in its own terminal session, which a terminal's
-    # SIGINT does not reach), then raise KeyboardInterrupt here, once the run has ended.
+    # Ctrl-C and SIGTERM stop the run politely, then firmly (_Cancel), and raise here once it has ended: ansible-playbook
+    # runs in a terminal session of its own (pexpect), which a terminal's SIGINT does not reach.
     import signal
     import threading
 
-    interrupted = threading.Event()
-    previous = None
+    asked: list[int] = []
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, _frame: asked.append(signum))
+    token = procs.new_token()  # every process of this run carries it (procs.TAG_VAR), in whatever session it ends up
+    cancel = _Cancel(token, lambda: asked[0] if asked else procs.cancel_requested())
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="provision-runner-") as private:
+        env_dir = Path(private) / "env"
+        env_dir.mkdir(mode=0o700)
+        # ansible-runner reads its cancel_callback once per pexpect_timeout (5 s by default): 1 s answers Ctrl-C sooner.
+        (env_dir / "settings").write_text(json.dumps({"pexpect_timeout": 1}))
+        if become_password:
+            # A file in the run's private directory (0600, removed with it) that ansible-runner hands over as
+            # `-e @env/extravars`: the password is never on a command line, in the environment or in an event.
+            # (ansible-runner's own `extravars=` argument would put it on ansible-playbook's command line.)
+            fd = os.open(env_dir / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"ansible_become_password": become_password}, fh)
+        # SSH multiplexing masters (ControlPersist, Ansible's ssh connection) in this run's directory, not the
+        # account's shared ~/.ansible/cp: no other run reuses them, and they are found and stopped when it ends.
+        # A socket's path has room for about 104 bytes (macOS; 108 on Linux) and Ansible adds a 40-character hash:
+        # a long TMPDIR gets a short directory in /tmp instead (0700, removed with the run).
+        control_dir = Path(private) / "cp"
+        if len(str(control_dir)) > 60 and os.path.isdir("/tmp"):
+            control_dir = Path(tempfile.mkdtemp(prefix="provision-cp-", dir="/tmp"))
+        else:
+            control_dir.mkdir(mode=0o700)
         try:
             runner = ansible_runner.run(
                 private_data_dir=private,
@@ -198,20 +350,37 @@ def run_playbook(
                          # One connection round trip per task instead of four (needs no `requiretty` in sudoers,
                          # which no supported OS sets). Measured with bench/fleet.py (docs/fleet.md).
                          "ANSIBLE_PIPELINING": "1",
+                         # ansible-runner turns host key checking off unless told otherwise; a host whose SSH key
+                         # is unknown or changed must be refused (Ansible's and Mitogen's ssh both honour this).
+                         "ANSIBLE_HOST_KEY_CHECKING": "True",
+                         # Ansible's (and Mitogen's) 10 s connect timeout fails hosts whose sshd is merely slow: a
+                         # busy controller starting many connections, a fleet on a slow link. Seen at load 12 on 2
+                         # cores: "the host did not answer on its SSH port" for a healthy host.
+                         "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "30"),
                          # ansible-playbook from this interpreter's environment, activated or not.
                          "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+                         # provision's own modules (provision_apt_components), shipped next to the roles.
+                         "ANSIBLE_LIBRARY": str(share_dir("plugins") / "modules"),
+                         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
+                         procs.TAG_VAR: procs.tagged_env(token)[procs.TAG_VAR],
                          **strategy_env()},
                 event_handler=handler,
-                cancel_callback=interrupted.is_set,
+                cancel_callback=cancel,
                 quiet=True,
             )
         except Exception as exc:  # ansible-runner raises plain exceptions for a bad setup
             raise RunnerError(f"ansible-runner could not start the playbook: {_one_line(exc)}") from None
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        if interrupted.is_set():
-            raise KeyboardInterrupt
+            # Whatever the run left (ansible-playbook after an exception here, workers, ssh masters that daemonized
+            # out of its session): SIGTERM, then SIGKILL. A second Ctrl-C meanwhile is only noted.
+            try:
+                procs.stop(lambda: procs.find(tokens=[token], markers=[private, str(control_dir)]))
+            finally:
+                shutil.rmtree(control_dir, ignore_errors=True)
+                for sig, old in previous.items():
+                    signal.signal(sig, old)
+        if asked or cancel.started is not None:
+            raise procs.interruption(asked[0] if asked else procs.cancel_requested())
         stats = final or runner.stats or {}
         if not stats and runner.rc != 0:
             tail = [ln for ln in runner.stdout.read().splitlines() if ln.strip()][-3:]
@@ -222,4 +391,5 @@ def run_playbook(
         for host, count in (stats.get(key) or {}).items():
             setattr(hosts.setdefault(host, HostStats()), attr, count)
     return RunResult(status=runner.status, rc=runner.rc, seconds=time.monotonic() - started, hosts=hosts,
-                     failures=failures, host_failures=host_failures, task_seconds=task_seconds)
+                     failures=failures, host_failures=host_failures, task_seconds=task_seconds,
+                     unpredicted=unpredicted)

@@ -17,6 +17,7 @@ Steps, each failing with one line that says what, where and what to do:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -32,9 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from provision.errors import RunFailed, RunnerError
+from provision.errors import IncompatibleError, RunFailed, RunnerError
 from provision.models import Plan
-from provision.render.docker import LAUNCHER, WheelGroup, wheel_groups
+from provision.render.docker import (
+    LAUNCHER,
+    WheelGroup,
+    base_without_cudnn,
+    cudnn_in_base,
+    frameworks_with_cudnn_wheels,
+    wheel_groups,
+)
 from provision.resources import share_dir
 from provision.sandbox import cache_root
 
@@ -58,6 +66,13 @@ class BuildResult:
     steps_run: int
     log: list[str] = field(default_factory=list, repr=False)
     venv_image: str = ""  # the environment image the runtime stage copied from
+    base_digest: str = ""  # the base image's digest (registry digest, else local image ID); also a label
+
+    def pinned_plan(self, plan: Plan) -> Plan:
+        """`plan` with the base digest this build used: saved (`--json`), it rebuilds on exactly that base."""
+        if not self.base_digest.startswith("sha256:"):
+            return plan
+        return plan.model_copy(update={"image": plan.image.model_copy(update={"base_digest": self.base_digest})})
 
     @property
     def stack_labels(self) -> dict[str, str]:
@@ -127,6 +142,41 @@ def ensure_base(api: Any, image: str, progress: Progress) -> dict[str, Any]:
         ) from None
 
 
+NV_CUDNN_ENV = "NV_CUDNN_VERSION"  # what nvidia/cuda's cuDNN images set (e.g. 9.5.1.17-1), beside a label
+
+
+def check_base_cudnn(plan: Plan, base: dict[str, Any], *, skip_frameworks: bool, progress: Progress) -> None:
+    """On a base that carries cuDNN the image installs none on top (render.docker), so the frameworks use the
+    base's: refuse a base whose cuDNN they would refuse at run time. PyTorch and TensorFlow both want the
+    major version they were built with and at least its minor one (torch/backends/cudnn/__init__.py,
+    `cudnn_compatible`; TensorFlow's "CuDNN library needs to have matching major version and equal or higher
+    minor version")."""
+    if not cudnn_in_base(plan):
+        return
+    env = dict(item.split("=", 1) for item in (base.get("Config") or {}).get("Env") or [] if "=" in item)
+    found = re.match(r"(\d+)\.(\d+)", env.get(NV_CUDNN_ENV, ""))
+    users = [f for f in frameworks_with_cudnn_wheels(plan, skip_frameworks=skip_frameworks) if f.cudnn]
+    if found is None:
+        progress(f"base image {plan.image.base_image} does not say its cuDNN version ({NV_CUDNN_ENV}); "
+                 f"the image uses it as it is (planned: {plan.cudnn.version})")
+        return
+    have = (int(found.group(1)), int(found.group(2)))
+    for fw in users:
+        want = tuple(int(x) for x in fw.cudnn.split(".")[:2])
+        if have[0] != want[0] or have[1] < want[1]:
+            alt = base_without_cudnn(plan.image.base_image)
+            raise IncompatibleError(
+                f"base image {plan.image.base_image} carries cuDNN {env[NV_CUDNN_ENV]} and the image uses it (one "
+                f"cuDNN per image), but {fw.package} {fw.version} is built with cuDNN {fw.cudnn} and refuses an "
+                "older minor or another major at run time",
+                alternatives=[(f"--base-image {alt}" if alt else "a base image without cuDNN")
+                              + f" (the planned {', '.join(plan.cudnn.packages)} wheels are then installed)",
+                              "--skip-frameworks"],
+                where=plan.profile,
+            )
+    progress(f"cuDNN {env[NV_CUDNN_ENV]} from the base image {plan.image.base_image} (planned: {plan.cudnn.version})")
+
+
 def probe_glibc(api: Any, image: str) -> tuple[int, int]:
     """The C library of the base image, (2, 41): it decides which manylinux wheels the image can load.
 
@@ -188,7 +238,10 @@ class WheelTarget:
 
 
 def wheel_dir(group: WheelGroup, target: WheelTarget) -> Path:
-    digest = hashlib.sha256(json.dumps([group.requirements, group.index_url, group.no_deps]).encode()).hexdigest()[:16]
+    key: list[Any] = [group.requirements, group.index_url, group.no_deps]
+    if group.leave_out:  # only then, so the directories of groups without it keep their names
+        key.append(group.leave_out)
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     return cache_root() / "wheels" / target.key / f"{group.name}-{digest}"
 
 
@@ -202,6 +255,17 @@ def fetch_wheels(group: WheelGroup, target: WheelTarget, progress: Progress) -> 
     done = dest / ".complete"
     if done.exists():
         return dest
+    # One filler per group at a time: a second build on this controller waits here, then finds the group complete
+    # (two fillers raced on one directory, and one's clean-up deleted the other's requirements file).
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return dest
+        return _fill_wheel_dir(group, target, progress, dest, done)
+
+
+def _fill_wheel_dir(group: WheelGroup, target: WheelTarget, progress: Progress, dest: Path, done: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "requirements.txt").write_text("".join(f"{r}\n" for r in group.requirements))
     cmd = [sys.executable, "-m", "pip", "download", "--dest", str(dest), "--no-cache-dir", "--progress-bar", "off",
@@ -222,10 +286,30 @@ def fetch_wheels(group: WheelGroup, target: WheelTarget, progress: Progress) -> 
             "check the pins in the plan (`provision plan --explain`), or the network (pip download exit "
             f"{proc.returncode})"
         )
+    if group.leave_out:
+        leave_out_wheels(dest, group, progress)
     size = sum(p.stat().st_size for p in dest.glob("*.whl"))
     done.write_text(json.dumps({"seconds": round(time.monotonic() - started, 1), "bytes": size}))
     progress(f"wheels for {group.name}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f}s")
     return dest
+
+
+def leave_out_wheels(dest: Path, group: WheelGroup, progress: Progress) -> None:
+    """Delete the group's `leave_out` wheels and rewrite requirements.txt as the exact list of the wheels kept,
+    which the Dockerfile installs with --no-deps (pip has no option to skip one dependency)."""
+    from packaging.utils import parse_wheel_filename
+
+    kept, dropped = [], []
+    for wheel in sorted(dest.glob("*.whl")):
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        if name.startswith(group.leave_out):
+            dropped.append(f"{name}=={version}")
+            wheel.unlink()
+        else:
+            kept.append(f"{name}=={version}")
+    (dest / "requirements.txt").write_text("".join(f"{r}\n" for r in sorted(kept)))
+    progress(f"wheels for {group.name}: left out {', '.join(dropped) or 'nothing'} "
+             f"({', '.join(p + '*' for p in group.leave_out)}: the base image has its own)")
 
 
 def _link_tree(src: Path, dest: Path) -> None:
@@ -338,8 +422,34 @@ def _context_tar(ctx: Path) -> Iterator[IO[bytes]]:
 BUILDKIT_API = (1, 39)
 
 
+def base_digest(base: dict[str, Any]) -> str:
+    """The content digest of an inspected base image: its registry digest (RepoDigests, `repo@sha256:...`) when it
+    was pulled, else its local image ID (`sha256:...`, the digest of its configuration) for an image built or
+    loaded here, which no registry knows."""
+    for ref in base.get("RepoDigests") or []:
+        _, _, digest = str(ref).partition("@")
+        if digest.startswith("sha256:"):
+            return digest
+    return str(base.get("Id") or "")
+
+
+def check_base_digest(plan: Plan, base: dict[str, Any]) -> str:
+    """The base's digest; a plan that pins one (a saved plan from a build) refuses a base whose content differs."""
+    found = base_digest(base)
+    pinned = plan.image.base_digest
+    known = {found, str(base.get("Id") or "")}
+    if pinned and pinned not in known:
+        raise IncompatibleError(
+            f"the base image {plan.image.base_image} is {found or 'of unknown digest'} on this engine, but the plan "
+            f"pins {pinned}",
+            alternatives=[f"pull the pinned base ({plan.image.base_image.split('@')[0].rsplit(':', 1)[0]}@{pinned})",
+                          "make the plan again (`provision plan --json`) to take the base as it is now"],
+        )
+    return found
+
+
 def stream_build(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str | None, progress: Progress,
-            log: list[str]) -> tuple[int, int]:
+            log: list[str], labels: dict[str, str] | None = None) -> tuple[int, int]:
     """One BuildKit build of the context directory `ctx`, streamed; returns (steps cached, steps run).
 
     BuildKit, not the classic builder: the classic builder commits a container for every instruction, ENV and
@@ -360,6 +470,8 @@ def stream_build(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str
     params = {"t": tag, "version": "2", "rm": "1", "forcerm": "1", "nocache": "1" if no_cache else "0", "pull": "0"}
     if platform:
         params["platform"] = platform
+    if labels:  # set on the image as LABEL lines would be (BuildKit's label:<key> frontend options)
+        params["labels"] = json.dumps(labels)
     progress(f"building {tag}")
     try:
         with _context_tar(ctx) as context:
@@ -413,6 +525,8 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
     api = api or connect()
     check_platform(api, plan)
     base = ensure_base(api, plan.image.base_image, progress)
+    digest = check_base_digest(plan, base)
+    check_base_cudnn(plan, base, skip_frameworks=skip_frameworks, progress=progress)
     started = time.monotonic()
     platform = plan.image.platform or None
     target = WheelTarget(python=plan.python.version, glibc=probe_glibc(api, plan.image.base_image),
@@ -437,13 +551,15 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
               f"comes from {venv_image}, built from the venv stage.\n")
     with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=tmp_root) as tmp:
         ctx = make_context(Path(tmp), header + runtime_part, {}, tools=True)
-        c, r = stream_build(api, ctx, tag, no_cache=no_cache, platform=platform, progress=progress, log=log)
+        # The base by content, not only by tag: OCI's base.digest label (a registry digest, or the local image ID).
+        c, r = stream_build(api, ctx, tag, no_cache=no_cache, platform=platform, progress=progress, log=log,
+                            labels={"org.opencontainers.image.base.digest": digest} if digest else None)
         cached, ran = cached + c, ran + r
     info = api.inspect_image(tag)
     return BuildResult(
         image_id=info["Id"], tag=tag, size_bytes=int(info.get("Size", 0)),
         labels=dict((info.get("Config") or {}).get("Labels") or {}), seconds=time.monotonic() - started,
-        steps_cached=cached, steps_run=ran, log=log, venv_image=venv_image,
+        steps_cached=cached, steps_run=ran, log=log, venv_image=venv_image, base_digest=digest,
     )
 
 
@@ -451,21 +567,33 @@ def default_tag(plan: Plan, *, skip_frameworks: bool = False) -> str:
     return f"provision/{plan.profile}:{plan.target.os_id}" + ("-noframeworks" if skip_frameworks else "")
 
 
-def plan_from(path: Path, os_override: str | None = None) -> Plan:
+def plan_from(path: Path, os_override: str | None = None, indexes: dict | None = None) -> Plan:
     """The plan to build: resolved from a profile (YAML), or read from a saved plan (`provision plan --json`)."""
     from provision.errors import UsageError
 
     if not path.exists():
         raise UsageError(f"{path}: no such file (give a profile such as profiles/deskmini.yaml, or a plan .json)")
     if path.suffix == ".json":
-        from pydantic import ValidationError
+        from provision.loader import load_plan
 
-        try:
-            data = json.loads(path.read_text())
-            return Plan.model_validate(data.get("plan", data) if isinstance(data, dict) else data)
-        except (ValueError, ValidationError) as exc:
-            first = str(exc).splitlines()[0]
-            raise UsageError(f"{path}: not a provision plan ({first}); write one with `provision plan --json`") from None
+        # As strictly as a profile: every field within what a plan may carry, one line per problem (exit 2).
+        return load_plan(path)
     from provision.pipeline import plan_for
 
-    return plan_for(str(path), os_override=os_override)
+    return plan_for(str(path), os_override=os_override, indexes=indexes)
+
+
+def write_context(plan: Plan, dockerfile: str, dest: Path, *, skip_frameworks: bool, progress: Progress) -> Path:
+    """The whole build context in `dest` (`provision render -o DIR --image-context`), so that `docker build DIR`
+    builds the image without provision: the Dockerfile, wheels/<group>/ (downloaded once into the cache for the
+    base image's Python and C library, then linked), provision/verify and the Jupyter launcher."""
+    api = connect()
+    check_platform(api, plan)
+    ensure_base(api, plan.image.base_image, progress)
+    target = WheelTarget(python=plan.python.version, glibc=probe_glibc(api, plan.image.base_image),
+                         machine=PLATFORM_MACHINE[plan.image.platform])
+    dirs = {g.name: fetch_wheels(g, target, progress) for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in ("wheels", "provision", "docker"):  # what an earlier --image-context wrote here
+        shutil.rmtree(dest / part, ignore_errors=True)
+    return make_context(dest, dockerfile, dirs)

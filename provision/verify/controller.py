@@ -39,11 +39,11 @@ def compat_peak_lookup() -> PeakLookup | None:
     except ImportError:
         return None
 
+    # Loaded here, before any GPU work: a broken database is a ProvisionError the CLI reports (exit 2), never a
+    # silent "no peaks".
+    db = load_db()
+
     def lookup(dev: DeviceInfo) -> tuple[float | None, float | None] | None:
-        try:
-            db = load_db()
-        except Exception:  # a broken database must not stop a verification run; peaks are then SKIPped
-            return None
         words = dev.name.split()
         for end in range(len(words), 0, -1):
             row = db.gpu(" ".join(words[:end]))

@@ -30,6 +30,8 @@ class Expect:
     driver_branch: str | None = None  # "550"
     driver_min_version: str | None = None  # "525.60.13": lowest driver the planned CUDA needs
     cuda_version: str | None = None  # "12.6"
+    driver_cuda: str | None = None  # "12.4": the CUDA the planned driver reports (its PTX JIT compiles up to this)
+    memory_gb: float | None = None  # planned GPU memory (GB as the data sheet says)
     cudnn_version: str | None = None  # "9.10.2"
     bandwidth_gbps: float | None = None
     fp32_tflops: float | None = None
@@ -65,7 +67,8 @@ class Expect:
     def from_plan(cls, plan: Any) -> Expect:
         """Expectations from a provision Plan (read by attribute, so no pydantic import here)."""
         frameworks = [
-            {"name": f.name, "package": f.package, "version": f.version, "cuda": f.cuda or ""} for f in plan.frameworks
+            {"name": f.name, "package": f.package, "version": f.version, "cuda": f.cuda or "",
+             "variant": f.variant or ""} for f in plan.frameworks
         ]
         return cls(
             expect_gpu=plan.verify.expect_gpu,
@@ -75,6 +78,8 @@ class Expect:
             driver_branch=plan.driver.branch,
             driver_min_version=plan.driver.min_version,
             cuda_version=plan.cuda.version,
+            driver_cuda=plan.driver.max_cuda,
+            memory_gb=plan.gpu.memory_gb,
             cudnn_version=plan.cudnn.version,
             bandwidth_gbps=plan.gpu.bandwidth_gbps,
             fp32_tflops=plan.gpu.fp32_tflops,

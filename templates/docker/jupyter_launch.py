@@ -16,23 +16,62 @@ import urllib.error
 import urllib.request
 
 EXIT_NO_TOKEN = 64  # EX_USAGE: the container was started without a token
+EXIT_TOKEN_UNREADABLE = 66  # EX_NOINPUT: the token file is there but cannot be read
+TOKEN_MAX_BYTES = 4096  # a token is a line; a mounted device or a huge file is not one
+
+
+class TokenFileError(Exception):
+    """The token file named by JUPYTER_TOKEN_FILE exists but cannot be used (one line for the person starting it)."""
+
+
+def _read_token_file(path: str) -> str:
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except PermissionError:
+        raise TokenFileError(f"the token file {path} cannot be read by uid {os.getuid()} (permission denied): make it "
+                             f"readable by that uid (chmod 0440 and chown {os.getuid()}, or mount it with a uid= "
+                             "option), or set JUPYTER_TOKEN") from None
+    except OSError as exc:
+        raise TokenFileError(f"the token file {path} cannot be opened ({exc.strerror}); mount a file there "
+                             "or set JUPYTER_TOKEN") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TokenFileError(f"the token file {path} is not a regular file; mount a file holding the token there")
+        data = os.read(fd, TOKEN_MAX_BYTES + 1)
+    except OSError as exc:
+        raise TokenFileError(f"the token file {path} cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > TOKEN_MAX_BYTES:
+        raise TokenFileError(f"the token file {path} is over {TOKEN_MAX_BYTES} bytes; a token is one line")
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise TokenFileError(f"the token file {path} is not UTF-8 text") from None
 
 
 def token() -> str | None:
+    """The token from JUPYTER_TOKEN, else from the file JUPYTER_TOKEN_FILE names; None when neither has one.
+    Raises TokenFileError for a token file that exists but cannot be used."""
     value = os.environ.get("JUPYTER_TOKEN", "").strip()
     if value:
         return value
     path = os.environ.get("JUPYTER_TOKEN_FILE", "")
-    if path and os.path.isfile(path):
-        with open(path, encoding="utf-8") as fh:
-            value = fh.read().strip()
+    if path and os.path.lexists(path):
+        value = _read_token_file(path)
         if value:
             return value
     return None
 
 
 def lab(args: list[str]) -> int:
-    secret = token()
+    try:
+        secret = token()
+    except TokenFileError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_TOKEN_UNREADABLE
     if secret is None:
         sys.stderr.write(
             "error: no Jupyter token: set JUPYTER_TOKEN (docker run -e JUPYTER_TOKEN) or mount a file at "
@@ -49,7 +88,10 @@ def lab(args: list[str]) -> int:
 
 
 def health() -> int:
-    secret = token()
+    try:
+        secret = token()
+    except TokenFileError:
+        return 1
     if secret is None:
         return 1
     port = os.environ["JUPYTER_PORT"]  # set by the image (ENV JUPYTER_PORT)

@@ -3,6 +3,7 @@
 # aws-p2: Tesla K80 (sm_37) on debian-12; CUDA 11.8 (pypi),
 # cuDNN 8.5.0, Python 3.11, frameworks: torch==2.0.1+cu117.
 # Base image: provision/debian:12 (plain distribution image: CUDA user-space installed as planned); platform linux/amd64.
+# cuDNN: PyPI wheels (nvidia-cudnn-cu11==8.5.0.96), in the cuda wheel group.
 #
 # `provision build` makes the build context this file expects: the wheel directories under wheels/
 # (downloaded once on the controller into the provision cache, so no build step needs the network), the
@@ -77,8 +78,27 @@ RUN apt-get update \
       python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
-# The account that runs Jupyter; cheap, and independent of the environment's content.
-RUN useradd --create-home --shell /bin/bash --uid 1000 --user-group ml
+# The account that runs Jupyter (ml, uid 1000, home /home/ml); cheap, and independent of the
+# environment's content. Recent Ubuntu bases, nvidia/cuda's among them, have an account with uid 1000 already
+# (`ubuntu`), where `useradd --uid 1000` fails ("UID 1000 is not unique"): that account is renamed instead,
+# with its group and home, and loses its supplementary groups and password, so on any base uid 1000 is one
+# account, ml, with no more rights than a new one. The name held by another uid or gid is refused
+# with a message, not made a second account.
+RUN set -eu; \
+    user=ml uid=1000 home=/home/ml; \
+    old="$(getent passwd "$uid" || :)"; old="${old%%:*}"; \
+    group="$(getent group "$uid" || :)"; group="${group%%:*}"; \
+    if { getent passwd "$user" >/dev/null && [ "$old" != "$user" ]; } || { getent group "$user" >/dev/null && [ "$group" != "$user" ]; }; then \
+      echo "provision: the base image has an account or group $user without the id $uid; choose another software.user or base image" >&2; \
+      exit 1; \
+    fi; \
+    if [ -z "$group" ]; then groupadd --gid "$uid" "$user"; elif [ "$group" != "$user" ]; then groupmod --new-name "$user" "$group"; fi; \
+    if [ -z "$old" ]; then \
+      useradd --create-home --home-dir "$home" --shell /bin/bash --uid "$uid" --gid "$uid" "$user"; \
+    else \
+      usermod --login "$user" --home "$home" --move-home --shell /bin/bash --gid "$uid" --groups '' --lock "$old"; \
+      [ -d "$home" ] || install -d -m 0700 -o "$uid" -g "$uid" "$home"; \
+    fi
 
 # The environment, copied whole from stage 1 (its wheels stay behind in that stage). It stays owned by root:
 # the account can use it but not change it, the safer default for an image (a notebook cannot replace a
@@ -105,6 +125,7 @@ LABEL \
       io.provision.cuda="11.8" \
       io.provision.cuda.source="pypi" \
       io.provision.cudnn="8.5.0" \
+      io.provision.cudnn.source="pypi" \
       io.provision.devel="false" \
       io.provision.driver.branch="470" \
       io.provision.driver.min="450.80.02" \

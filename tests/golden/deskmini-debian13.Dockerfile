@@ -3,6 +3,7 @@
 # deskmini: GeForce GTX 1070 (sm_61) on debian-13; CUDA 12.6 (pypi),
 # cuDNN 9.10.2, Python 3.13, frameworks: torch==2.6.0+cu126.
 # Base image: provision/debian:13 (plain distribution image: CUDA user-space installed as planned); platform linux/amd64.
+# cuDNN: PyPI wheels (nvidia-cudnn-cu12==9.10.2.21), in the cuda wheel group.
 #
 # `provision build` makes the build context this file expects: the wheel directories under wheels/
 # (downloaded once on the controller into the provision cache, so no build step needs the network), the
@@ -44,6 +45,7 @@ RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-
 
 # torch 2.6.0 (cu126):
 # large; changes with the framework pin, less often than the tools after it.
+# Downloaded on the controller from https://download.pytorch.org/whl/cu126.
 COPY wheels/framework-pytorch/ /tmp/wheels/framework-pytorch/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --find-links /tmp/wheels/framework-pytorch --requirement /tmp/wheels/framework-pytorch/requirements.txt \
@@ -77,8 +79,27 @@ RUN apt-get update \
       python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
-# The account that runs Jupyter; cheap, and independent of the environment's content.
-RUN useradd --create-home --shell /bin/bash --uid 1000 --user-group ml
+# The account that runs Jupyter (ml, uid 1000, home /home/ml); cheap, and independent of the
+# environment's content. Recent Ubuntu bases, nvidia/cuda's among them, have an account with uid 1000 already
+# (`ubuntu`), where `useradd --uid 1000` fails ("UID 1000 is not unique"): that account is renamed instead,
+# with its group and home, and loses its supplementary groups and password, so on any base uid 1000 is one
+# account, ml, with no more rights than a new one. The name held by another uid or gid is refused
+# with a message, not made a second account.
+RUN set -eu; \
+    user=ml uid=1000 home=/home/ml; \
+    old="$(getent passwd "$uid" || :)"; old="${old%%:*}"; \
+    group="$(getent group "$uid" || :)"; group="${group%%:*}"; \
+    if { getent passwd "$user" >/dev/null && [ "$old" != "$user" ]; } || { getent group "$user" >/dev/null && [ "$group" != "$user" ]; }; then \
+      echo "provision: the base image has an account or group $user without the id $uid; choose another software.user or base image" >&2; \
+      exit 1; \
+    fi; \
+    if [ -z "$group" ]; then groupadd --gid "$uid" "$user"; elif [ "$group" != "$user" ]; then groupmod --new-name "$user" "$group"; fi; \
+    if [ -z "$old" ]; then \
+      useradd --create-home --home-dir "$home" --shell /bin/bash --uid "$uid" --gid "$uid" "$user"; \
+    else \
+      usermod --login "$user" --home "$home" --move-home --shell /bin/bash --gid "$uid" --groups '' --lock "$old"; \
+      [ -d "$home" ] || install -d -m 0700 -o "$uid" -g "$uid" "$home"; \
+    fi
 
 # The environment, copied whole from stage 1 (its wheels stay behind in that stage). It stays owned by root:
 # the account can use it but not change it, the safer default for an image (a notebook cannot replace a
@@ -105,6 +126,7 @@ LABEL \
       io.provision.cuda="12.6" \
       io.provision.cuda.source="pypi" \
       io.provision.cudnn="9.10.2" \
+      io.provision.cudnn.source="pypi" \
       io.provision.devel="false" \
       io.provision.driver.branch="550" \
       io.provision.driver.min="525.60.13" \

@@ -3,6 +3,7 @@
 # jetson-orin-nano: Jetson Orin Nano 8GB (sm_87) on ubuntu-22.04; CUDA 12.6 (platform),
 # cuDNN 9.3.0, Python 3.10, frameworks: torch==2.5.0+jetpack.
 # Base image: nvcr.io/nvidia/l4t-jetpack:r36.4.0 (NVIDIA L4T image: CUDA and cuDNN from JetPack); platform linux/arm64.
+# cuDNN: JetPack's, in the L4T base nvcr.io/nvidia/l4t-jetpack:r36.4.0.
 #
 # `provision build` makes the build context this file expects: the wheel directories under wheels/
 # (downloaded once on the controller into the provision cache, so no build step needs the network), the
@@ -34,6 +35,7 @@ RUN /usr/bin/python3 -m venv /opt/provision/venv
 
 # torch 2.5.0 (jetpack):
 # large; changes with the framework pin, less often than the tools after it.
+# Downloaded on the controller from https://pypi.jetson-ai-lab.dev/jp6/cu126.
 COPY wheels/framework-pytorch/ /tmp/wheels/framework-pytorch/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --find-links /tmp/wheels/framework-pytorch --requirement /tmp/wheels/framework-pytorch/requirements.txt \
@@ -67,8 +69,27 @@ RUN apt-get update \
       python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
-# The account that runs Jupyter; cheap, and independent of the environment's content.
-RUN useradd --create-home --shell /bin/bash --uid 1000 --user-group ml
+# The account that runs Jupyter (ml, uid 1000, home /home/ml); cheap, and independent of the
+# environment's content. Recent Ubuntu bases, nvidia/cuda's among them, have an account with uid 1000 already
+# (`ubuntu`), where `useradd --uid 1000` fails ("UID 1000 is not unique"): that account is renamed instead,
+# with its group and home, and loses its supplementary groups and password, so on any base uid 1000 is one
+# account, ml, with no more rights than a new one. The name held by another uid or gid is refused
+# with a message, not made a second account.
+RUN set -eu; \
+    user=ml uid=1000 home=/home/ml; \
+    old="$(getent passwd "$uid" || :)"; old="${old%%:*}"; \
+    group="$(getent group "$uid" || :)"; group="${group%%:*}"; \
+    if { getent passwd "$user" >/dev/null && [ "$old" != "$user" ]; } || { getent group "$user" >/dev/null && [ "$group" != "$user" ]; }; then \
+      echo "provision: the base image has an account or group $user without the id $uid; choose another software.user or base image" >&2; \
+      exit 1; \
+    fi; \
+    if [ -z "$group" ]; then groupadd --gid "$uid" "$user"; elif [ "$group" != "$user" ]; then groupmod --new-name "$user" "$group"; fi; \
+    if [ -z "$old" ]; then \
+      useradd --create-home --home-dir "$home" --shell /bin/bash --uid "$uid" --gid "$uid" "$user"; \
+    else \
+      usermod --login "$user" --home "$home" --move-home --shell /bin/bash --gid "$uid" --groups '' --lock "$old"; \
+      [ -d "$home" ] || install -d -m 0700 -o "$uid" -g "$uid" "$home"; \
+    fi
 
 # The environment, copied whole from stage 1 (its wheels stay behind in that stage). It stays owned by root:
 # the account can use it but not change it, the safer default for an image (a notebook cannot replace a
@@ -95,6 +116,7 @@ LABEL \
       io.provision.cuda="12.6" \
       io.provision.cuda.source="platform" \
       io.provision.cudnn="9.3.0" \
+      io.provision.cudnn.source="base-image" \
       io.provision.devel="false" \
       io.provision.driver.branch="platform" \
       io.provision.driver.min="unknown" \

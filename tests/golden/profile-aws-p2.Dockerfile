@@ -2,7 +2,8 @@
 #
 # aws-p2: Tesla K80 (sm_37) on ubuntu-22.04; CUDA 11.7 (nvidia-repo),
 # cuDNN 8.5.0, Python 3.10, frameworks: torch==2.0.1+cu117.
-# Base image: nvidia/cuda:11.7.1-cudnn8-runtime-ubuntu22.04 (NVIDIA CUDA image: CUDA user-space from the base); platform linux/amd64.
+# Base image: nvidia/cuda:11.7.1-runtime-ubuntu22.04 (NVIDIA CUDA image: CUDA user-space from the base); platform linux/amd64.
+# cuDNN: PyPI wheels (nvidia-cublas-cu11==11.10.3.66, nvidia-cudnn-cu11==8.5.0.96), in the cuda wheel group.
 #
 # `provision build` makes the build context this file expects: the wheel directories under wheels/
 # (downloaded once on the controller into the provision cache, so no build step needs the network), the
@@ -16,7 +17,7 @@
 # where a change rebuilds nothing heavy.
 
 # --- Stage 1: the virtual environment, from the wheel directories of the build context -----------------------
-FROM nvidia/cuda:11.7.1-cudnn8-runtime-ubuntu22.04 AS venv
+FROM nvidia/cuda:11.7.1-runtime-ubuntu22.04 AS venv
 
 # OS packages (the interpreter and its venv module): the same command as in
 # the runtime stage, so Docker builds this layer once and reuses it in both stages. Versions are not pinned
@@ -30,6 +31,16 @@ RUN apt-get update \
 
 # The environment has the same path in both stages: the scripts pip writes name their interpreter by path.
 RUN /usr/bin/python3 -m venv /opt/provision/venv
+
+# CUDA user-space and cuDNN from PyPI wheels:
+# the largest layer; it changes only when the planned CUDA or cuDNN does.
+# Exactly the planned wheels (--no-deps): their declared dependencies are pinned in the same list, and
+# anything else would be a version the plan did not choose.
+COPY wheels/cuda/ /tmp/wheels/cuda/
+RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+      --no-deps \
+      --find-links /tmp/wheels/cuda --requirement /tmp/wheels/cuda/requirements.txt \
+ && rm -rf /tmp/wheels/cuda
 
 # torch 2.0.1 (cu117):
 # large; changes with the framework pin, less often than the tools after it.
@@ -54,7 +65,7 @@ RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-
 
 # --- Stage 2: the image that runs -----------------------------------------------------------------------------
 # Runtime only (plan.image.devel is false): no compiler toolchain is installed in this stage.
-FROM nvidia/cuda:11.7.1-cudnn8-runtime-ubuntu22.04 AS runtime
+FROM nvidia/cuda:11.7.1-runtime-ubuntu22.04 AS runtime
 
 # OS packages first: they change only with the OS release and the plan's package lists. Versions are not
 # pinned (DL3008): the plan pins the OS release, whose archive keeps only the current version of a package.
@@ -65,8 +76,27 @@ RUN apt-get update \
       python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
-# The account that runs Jupyter; cheap, and independent of the environment's content.
-RUN useradd --create-home --shell /bin/bash --uid 1000 --user-group ml
+# The account that runs Jupyter (ml, uid 1000, home /home/ml); cheap, and independent of the
+# environment's content. Recent Ubuntu bases, nvidia/cuda's among them, have an account with uid 1000 already
+# (`ubuntu`), where `useradd --uid 1000` fails ("UID 1000 is not unique"): that account is renamed instead,
+# with its group and home, and loses its supplementary groups and password, so on any base uid 1000 is one
+# account, ml, with no more rights than a new one. The name held by another uid or gid is refused
+# with a message, not made a second account.
+RUN set -eu; \
+    user=ml uid=1000 home=/home/ml; \
+    old="$(getent passwd "$uid" || :)"; old="${old%%:*}"; \
+    group="$(getent group "$uid" || :)"; group="${group%%:*}"; \
+    if { getent passwd "$user" >/dev/null && [ "$old" != "$user" ]; } || { getent group "$user" >/dev/null && [ "$group" != "$user" ]; }; then \
+      echo "provision: the base image has an account or group $user without the id $uid; choose another software.user or base image" >&2; \
+      exit 1; \
+    fi; \
+    if [ -z "$group" ]; then groupadd --gid "$uid" "$user"; elif [ "$group" != "$user" ]; then groupmod --new-name "$user" "$group"; fi; \
+    if [ -z "$old" ]; then \
+      useradd --create-home --home-dir "$home" --shell /bin/bash --uid "$uid" --gid "$uid" "$user"; \
+    else \
+      usermod --login "$user" --home "$home" --move-home --shell /bin/bash --gid "$uid" --groups '' --lock "$old"; \
+      [ -d "$home" ] || install -d -m 0700 -o "$uid" -g "$uid" "$home"; \
+    fi
 
 # The environment, copied whole from stage 1 (its wheels stay behind in that stage). It stays owned by root:
 # the account can use it but not change it, the safer default for an image (a notebook cannot replace a
@@ -93,6 +123,7 @@ LABEL \
       io.provision.cuda="11.7" \
       io.provision.cuda.source="nvidia-repo" \
       io.provision.cudnn="8.5.0" \
+      io.provision.cudnn.source="pypi" \
       io.provision.devel="false" \
       io.provision.driver.branch="470" \
       io.provision.driver.min="450.80.02" \
@@ -106,7 +137,7 @@ LABEL \
       io.provision.python="3.10" \
       io.provision.user="ml" \
       io.provision.version="0.1.0" \
-      org.opencontainers.image.base.name="nvidia/cuda:11.7.1-cudnn8-runtime-ubuntu22.04" \
+      org.opencontainers.image.base.name="nvidia/cuda:11.7.1-runtime-ubuntu22.04" \
       org.opencontainers.image.description="Tesla K80 deep-learning image: CUDA 11.7, cuDNN 8.5.0, Python 3.10, frameworks torch==2.0.1+cu117" \
       org.opencontainers.image.title="provision-aws-p2" \
       org.opencontainers.image.vendor="provision" \

@@ -3,6 +3,7 @@
 # colab: Tesla T4 (sm_75) on ubuntu-22.04; CUDA 12.8 (platform),
 # cuDNN 9.8.0, Python 3.13, frameworks: torch==2.11.0+cu128.
 # Base image: nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04 (NVIDIA CUDA image: CUDA user-space from the base); platform linux/amd64.
+# cuDNN: the base image's (its tag says cudnn; `provision build` checks it against the planned 9.8.0).
 #
 # `provision build` makes the build context this file expects: the wheel directories under wheels/
 # (downloaded once on the controller into the provision cache, so no build step needs the network), the
@@ -58,8 +59,27 @@ RUN apt-get update \
       python3-venv \
  && rm -rf /var/lib/apt/lists/*
 
-# The account that runs Jupyter; cheap, and independent of the environment's content.
-RUN useradd --create-home --shell /bin/bash --uid 1000 --user-group ml
+# The account that runs Jupyter (ml, uid 1000, home /home/ml); cheap, and independent of the
+# environment's content. Recent Ubuntu bases, nvidia/cuda's among them, have an account with uid 1000 already
+# (`ubuntu`), where `useradd --uid 1000` fails ("UID 1000 is not unique"): that account is renamed instead,
+# with its group and home, and loses its supplementary groups and password, so on any base uid 1000 is one
+# account, ml, with no more rights than a new one. The name held by another uid or gid is refused
+# with a message, not made a second account.
+RUN set -eu; \
+    user=ml uid=1000 home=/home/ml; \
+    old="$(getent passwd "$uid" || :)"; old="${old%%:*}"; \
+    group="$(getent group "$uid" || :)"; group="${group%%:*}"; \
+    if { getent passwd "$user" >/dev/null && [ "$old" != "$user" ]; } || { getent group "$user" >/dev/null && [ "$group" != "$user" ]; }; then \
+      echo "provision: the base image has an account or group $user without the id $uid; choose another software.user or base image" >&2; \
+      exit 1; \
+    fi; \
+    if [ -z "$group" ]; then groupadd --gid "$uid" "$user"; elif [ "$group" != "$user" ]; then groupmod --new-name "$user" "$group"; fi; \
+    if [ -z "$old" ]; then \
+      useradd --create-home --home-dir "$home" --shell /bin/bash --uid "$uid" --gid "$uid" "$user"; \
+    else \
+      usermod --login "$user" --home "$home" --move-home --shell /bin/bash --gid "$uid" --groups '' --lock "$old"; \
+      [ -d "$home" ] || install -d -m 0700 -o "$uid" -g "$uid" "$home"; \
+    fi
 
 # The environment, copied whole from stage 1 (its wheels stay behind in that stage). It stays owned by root:
 # the account can use it but not change it, the safer default for an image (a notebook cannot replace a
@@ -86,6 +106,7 @@ LABEL \
       io.provision.cuda="12.8" \
       io.provision.cuda.source="platform" \
       io.provision.cudnn="9.8.0" \
+      io.provision.cudnn.source="base-image" \
       io.provision.devel="false" \
       io.provision.driver.branch="580" \
       io.provision.driver.min="570.26" \

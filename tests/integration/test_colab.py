@@ -61,6 +61,8 @@ esac
 
 LAYOUT = r"""
 set -eu
+# A stock Debian's lists are the ones its install fetched (or none): fresh ones first, as a user would.
+apt-get update -qq
 apt-get install -y -qq --no-install-recommends python3-pip python3-venv >/dev/null
 pip3 install -q --break-system-packages --no-deps --target /root/colab-stage {wheels}
 S=/root/colab-stage/nvidia
@@ -125,12 +127,14 @@ def test_colab_stack_is_verified_not_installed(colab):
     assert proc.returncode == 0, out[-4000:]
     # Nothing of Colab's was installed or replaced: no file of the CUDA tree, no other library, no package
     # upgraded or removed. The only packages added are the ones Ansible itself needs on the host (python_env's
-    # __python_env_required_packages: acl to hand files to the non-root account, python3-packaging for pip).
+    # __python_env_required_packages: acl to hand files to the non-root account, python3-packaging for pip; and
+    # python3-apt for Ansible's apt module, which a stock Debian lacks, with its two dependencies).
     after = footprint(name)
     assert after["cuda"] == before["cuda"] and after["cudnn"] == before["cudnn"]
     added = set(after["dpkg"].splitlines()) - set(before["dpkg"].splitlines())
     assert set(before["dpkg"].splitlines()) <= set(after["dpkg"].splitlines())
-    assert {line.split()[0] for line in added} <= {"acl", "python3-packaging"}, added
+    assert {line.split()[0] for line in added} <= {"acl", "python3-packaging", "python3-apt", "python-apt-common",
+                                                   "distro-info-data"}, added
     # The roles say they checked, and what they found is the plan's.
     record = json.loads(sh(name, "cat /var/lib/provision/applied.json").stdout)
     assert record["profile"] == "colab" and record["os"] == "debian-13"

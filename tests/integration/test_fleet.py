@@ -3,7 +3,8 @@
 pv-fleet-k80 is the AWS P2 (Tesla K80) profile on Debian 12 and pv-fleet-1070 the DeskMini (GTX 1070) on Debian 13;
 each must get the CUDA its own plan decides (11.7 wheels for the K80, 12.6 for the GTX 1070). Then one host
 disappears mid-run (docker kill): the other finishes, the summary names the lost host and its step, the exit code
-is 3, and `apply --failed` re-runs only that host and converges. Only the python_env and cuda roles run (--tags):
+is 3, and `apply --failed` re-runs only that host and converges. After every command nothing it started may still
+run (tests/support/leftovers.py). Only the python_env and cuda roles run (--tags):
 they carry the per-profile difference and keep the test to a few minutes; test_apply.py runs every role.
 """
 
@@ -17,6 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
+
+from tests.support.leftovers import Commands
 
 ROOT = Path(__file__).resolve().parents[2]
 K80, GTX = "pv-fleet-k80", "pv-fleet-1070"
@@ -28,36 +32,39 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fleet")
-    env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
-    subprocess.run([sys.executable, "-m", "provision", "sandbox", "down", K80, GTX], capture_output=True, env=env)
-    for name, os_name, profile in ((K80, "debian-12", "aws-p2"), (GTX, "debian-13", "deskmini")):
-        proc = subprocess.run([sys.executable, "-m", "provision", "sandbox", "up", name, "--os", os_name,
-                               "--profile", profile, "-o", str(tmp / f"{name}.yml")],
-                              capture_output=True, text=True, env=env, timeout=900)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    # One inventory, two groups, each with its own profile and OS.
-    inventory = tmp / "fleet.yml"
-    inventory.write_text(f"""\
-all:
-  vars:
-    ansible_connection: docker
-    ansible_python_interpreter: /usr/bin/python3
-    provision_environment: {{PIP_CACHE_DIR: /var/cache/provision/pip/users}}
-  children:
-    p2:
-      vars: {{provision_profile: aws-p2, provision_os: debian-12}}
-      hosts: {{{K80}: {{}}}}
-    deskminis:
-      vars: {{provision_profile: {ROOT}/profiles/deskmini.yaml, provision_os: debian-13}}
-      hosts: {{{GTX}: {{}}}}
-""")
-    yield inventory, env
-    subprocess.run([sys.executable, "-m", "provision", "sandbox", "down", K80, GTX], capture_output=True, env=env)
+    (tmp / "tmp").mkdir()
+    # The runs' temporary directories under the test's folder: a process naming it was started by these commands.
+    env = os.environ | {"PROVISION_STATE": str(tmp / "state"), "TMPDIR": str(tmp / "tmp")}
+    cmds = Commands(env, markers=[str(tmp)])
+    try:
+        cmds.run("sandbox", "down", K80, GTX, timeout=300)
+        for name, os_name, profile in ((K80, "debian-12", "aws-p2"), (GTX, "debian-13", "deskmini")):
+            proc = cmds.run("sandbox", "up", name, "--os", os_name, "--profile", profile, "-o",
+                            str(tmp / f"{name}.yml"), timeout=900)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        # One inventory, two groups, each with its own profile and OS; each host reached over SSH as `sandbox up`
+        # wrote it (the admin account with sudo).
+        reach = {}
+        for name in (K80, GTX):
+            host = YAML(typ="safe").load((tmp / f"{name}.yml").read_text())["all"]["hosts"][name]
+            reach[name] = {k: v for k, v in host.items() if k.startswith(("ansible_", "provision_", "gpu_verify_"))
+                       and k not in ("provision_profile", "provision_os")}
+        inventory = tmp / "fleet.yml"
+        inventory.write_text(json.dumps({"all": {"children": {
+            "p2": {"vars": {"provision_profile": "aws-p2", "provision_os": "debian-12"}, "hosts": {K80: reach[K80]}},
+            "deskminis": {"vars": {"provision_profile": f"{ROOT}/profiles/deskmini.yaml", "provision_os": "debian-13"},
+                          "hosts": {GTX: reach[GTX]}},
+        }}}, indent=2))
+        yield inventory, env, cmds
+    finally:  # even when a test failed: no process of theirs, no container
+        cmds.cleanup()
+        subprocess.run([sys.executable, "-m", "provision", "sandbox", "down", K80, GTX], capture_output=True, env=env)
 
 
-def provision(env, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "provision", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, stdin=subprocess.DEVNULL, timeout=timeout)
+def provision(cmds: Commands, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    proc = cmds.run(*args, timeout=timeout)
+    assert not proc.left, f"left running after exit {proc.returncode}: {proc.left}"
+    return proc
 
 
 def wheels(host: str) -> dict[str, str]:
@@ -69,8 +76,8 @@ def wheels(host: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def first_apply(fleet):
-    inventory, env = fleet
-    return provision(env, "apply", "-i", str(inventory), "--yes", *TAGS)
+    inventory, env, cmds = fleet
+    return provision(cmds, "apply", "-i", str(inventory), "--yes", *TAGS)
 
 
 def test_each_host_gets_the_stack_of_its_own_profile(fleet, first_apply):
@@ -84,7 +91,7 @@ def test_each_host_gets_the_stack_of_its_own_profile(fleet, first_apply):
 
 
 def test_every_host_is_recorded_and_diff_against_reads_it(fleet, first_apply):
-    inventory, env = fleet
+    inventory, env, cmds = fleet
     assert first_apply.returncode == 0
     state = Path(env["PROVISION_STATE"])
     record = json.loads((state / "hosts" / K80 / "applied.json").read_text())
@@ -94,26 +101,24 @@ def test_every_host_is_recorded_and_diff_against_reads_it(fleet, first_apply):
     on_host = subprocess.run(["docker", "exec", K80, "cat", "/var/lib/provision/applied.json"], capture_output=True,
                              text=True)
     assert json.loads(on_host.stdout)["digest"] == record["digest"]
-    same = provision(env, "plan", str(ROOT / "profiles/aws-p2.yaml"), "--os", "debian-12",
+    same = provision(cmds, "plan", str(ROOT / "profiles/aws-p2.yaml"), "--os", "debian-12",
                      "--diff-against", K80)
     # Same plan; the host lacks only what --tags left out (cuDNN, Jupyter, the verifier's wheels), and says so.
     assert same.returncode == 1 and not [ln for ln in same.stdout.splitlines() if ln.startswith("plan  ")], same.stdout
     assert "host  nvidia-cudnn-cu11: not installed, the plan now pins 8.5.0.96" in same.stdout
     assert "the last apply ran only --tags python_env,cuda" in same.stdout
-    other = provision(env, "plan", str(ROOT / "profiles/deskmini.yaml"), "--os", "debian-12", "--diff-against", K80)
+    other = provision(cmds, "plan", str(ROOT / "profiles/deskmini.yaml"), "--os", "debian-12", "--diff-against", K80)
     assert other.returncode == 1, other.stdout + other.stderr
     assert "plan  cuda.version: applied 11.7, now 12.6" in other.stdout
     assert "host  nvidia-cuda-runtime-cu12: not installed" in other.stdout
 
 
 def test_a_host_lost_mid_run_does_not_stop_the_other_and_failed_retries_it(fleet, first_apply):
-    inventory, env = fleet
+    inventory, env, cmds = fleet
     assert first_apply.returncode == 0
     # Make the K80 host's next python_env run do real work, so it is still running when it disappears.
     subprocess.run(["docker", "exec", K80, "rm", "-rf", "/opt/provision/venv"], check=True)
-    proc = subprocess.Popen([sys.executable, "-m", "provision", "apply", "-i", str(inventory), "--yes", *TAGS],
-                            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = cmds.start("apply", "-i", str(inventory), "--yes", *TAGS)
     killed = False
     for line in proc.stderr:  # one line per task result
         if not killed and line.startswith(K80) and "Create the virtual environment" in line:
@@ -121,6 +126,8 @@ def test_a_host_lost_mid_run_does_not_stop_the_other_and_failed_retries_it(fleet
             killed = True
     out = proc.stdout.read()
     assert proc.wait(timeout=900) == 3, out[-3000:]
+    left = cmds.left(proc)
+    assert not left, f"left running: {left}"
     assert killed, "the K80 host never reached the step the test waits for"
     lost = next(line for line in out.splitlines() if line.strip().startswith(K80))
     assert "unreachable" in lost or "failed" in lost, out[-3000:]
@@ -132,9 +139,9 @@ def test_a_host_lost_mid_run_does_not_stop_the_other_and_failed_retries_it(fleet
             ["docker", "exec", K80, "systemctl", "is-system-running"], capture_output=True,
             text=True).stdout.strip() not in ("running", "degraded"):
         time.sleep(1)
-    retry = provision(env, "apply", "-i", str(inventory), "--yes", "--failed", *TAGS)
+    retry = provision(cmds, "apply", "-i", str(inventory), "--yes", "--failed", *TAGS)
     assert retry.returncode == 0, retry.stdout[-3000:] + retry.stderr[-3000:]
     assert K80 in retry.stdout and not any(line.strip().startswith(GTX) for line in retry.stdout.splitlines())
     assert wheels(K80)["nvidia-cuda-runtime-cu11"].startswith("11.7.")
-    again = provision(env, "apply", "-i", str(inventory), "--yes", "--failed", *TAGS)
+    again = provision(cmds, "apply", "-i", str(inventory), "--yes", "--failed", *TAGS)
     assert again.returncode == 0 and "nothing to retry" in again.stdout

@@ -316,6 +316,87 @@ def test_verifier_without_gpu_says_so(running: dict) -> None:
     assert "no NVIDIA driver" in report["error"] and "--compile-only" in report["error"]
 
 
+# --- a base that has an account with uid 1000 already --------------------------------------------------------
+
+UID1000_BASE = "provision/test-uid1000:13"
+# Like nvidia/cuda's Ubuntu 24.04 images (`ubuntu`, uid and gid 1000, a home), plus a supplementary group and a
+# file in the home, to see the account renamed rather than duplicated, stripped of the group and its home moved.
+# Whatever holds uid/gid 1000 in the Debian base (its admin account) makes way first, so the layout is the same
+# on any recipe of that base.
+UID1000_DOCKERFILE = """FROM {base}
+RUN set -eu; \\
+    old="$(getent passwd 1000 || :)"; if [ -n "$old" ]; then userdel --remove "${{old%%:*}}"; fi; \\
+    grp="$(getent group 1000 || :)"; if [ -n "$grp" ]; then groupdel "${{grp%%:*}}"; fi; \\
+    groupadd --gid 1000 ubuntu; \\
+    useradd --create-home --uid 1000 --gid 1000 --groups adm --shell /bin/bash ubuntu; \\
+    echo from-base > /home/ubuntu/.from-base; chown ubuntu:ubuntu /home/ubuntu/.from-base
+"""
+
+
+def ensure_uid1000_base() -> str:
+    """Build UID1000_BASE from the local Debian 13 base (Docker's cache makes a second call a no-op; nothing is
+    pulled: the engine reaches no registry)."""
+    dockerfile = UID1000_DOCKERFILE.format(base=ensure_base_image("13"))
+    subprocess.run(["docker", "build", "--quiet", "--tag", UID1000_BASE, "-"], input=dockerfile, text=True,
+                   capture_output=True, check=True, timeout=600)
+    return UID1000_BASE
+
+
+@pytest.fixture(scope="module")
+def uid1000_image() -> tuple[Plan, runner.BuildResult]:
+    plan = plan_for_image("deskmini", base=ensure_uid1000_base())
+    before = subprocess.run(["docker", "run", "--rm", "--entrypoint", "id", UID1000_BASE, "-un", "1000"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert before == "ubuntu"  # the base really has the account the image's own cannot be created beside
+    result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True),
+                          tag="provision-test/deskmini:uid1000", skip_frameworks=True)
+    return plan, result
+
+
+_ACCOUNT_PROBE = """
+id -u; id -g; id -un; id -Gn; printf '%s\\n' "$HOME"; pwd
+getent passwd 1000
+getent passwd ubuntu || echo no-ubuntu
+getent group adm
+test -e /home/ubuntu && echo old-home-left || echo old-home-gone
+cat "$HOME/.from-base"
+stat -c '%u:%g %a' "$HOME"
+touch "$HOME/written" && echo home-writable
+command -v python
+python -c 'import sys, provision.verify; print(sys.prefix)'
+"""
+
+
+@pytest.mark.slow
+def test_base_with_a_uid_1000_account(uid1000_image: tuple[Plan, runner.BuildResult]) -> None:
+    """On a base whose uid 1000 is `ubuntu`, the image runs as the plan's account with uid 1000: one account,
+    renamed, home moved and working, no supplementary group, password locked, the environment on PATH."""
+    plan, result = uid1000_image
+    user, home = plan.user, f"/home/{plan.user}"
+    proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", result.tag, "-c", _ACCOUNT_PROBE],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (uid, gid, name, groups, env_home, cwd, passwd, ubuntu, adm, old_home, from_base, home_stat, written, python,
+     prefix) = proc.stdout.splitlines()
+    assert (uid, gid, name, groups) == ("1000", "1000", user, user)
+    assert (env_home, cwd) == (home, home)
+    fields = passwd.split(":")
+    assert (fields[0], fields[2], fields[3], fields[5], fields[6]) == (user, "1000", "1000", home, "/bin/bash")
+    assert ubuntu == "no-ubuntu" and old_home == "old-home-gone"
+    assert "ubuntu" not in adm.split(":")[-1].split(",") and user not in adm.split(":")[-1].split(","), adm
+    assert from_base == "from-base"  # the home was moved, not made anew
+    assert home_stat.startswith("1000:1000 ") and written == "home-writable"
+    assert python == f"{plan.python.venv}/bin/python" and prefix == plan.python.venv
+    shadow = subprocess.run(["docker", "run", "--rm", "--user", "0", "--entrypoint", "getent", result.tag, "shadow",
+                             user], capture_output=True, text=True, timeout=120)
+    assert shadow.stdout.split(":")[1].startswith("!"), shadow.stdout  # locked: no password login
+    config = json.loads(subprocess.run(["docker", "image", "inspect", result.tag], capture_output=True, text=True,
+                                       check=True).stdout)[0]["Config"]
+    assert config["User"] == "1000:1000" and config["WorkingDir"] == home
+    assert result.labels["io.provision.user"] == user
+    assert result.labels["io.provision.cudnn.source"] == "pypi"  # a plain base: cuDNN from the planned wheels
+
+
 # --- failure paths, through the CLI -----------------------------------------------------------------------------
 
 def _plan_file(tmp_path: Path, plan: Plan) -> str:

@@ -13,8 +13,19 @@ from pathlib import Path
 import pytest
 from support.plans import HAND_BUILT, aws_p2, deskmini, jetson_orin_nano, real_plan
 
-from provision.errors import UsageError
-from provision.render.docker import base_kind, render_dockerfile, wheel_groups, with_base_image
+from provision.errors import IncompatibleError, UsageError
+from provision.models import Plan
+from provision.render.docker import (
+    CUDNN_WHEEL_PREFIX,
+    WheelGroup,
+    base_has_cudnn,
+    base_kind,
+    base_without_cudnn,
+    render_dockerfile,
+    wheel_groups,
+    with_base_image,
+)
+from provision.runners.docker import WheelTarget, check_base_cudnn, leave_out_wheels, wheel_dir
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
@@ -185,3 +196,149 @@ def test_runtime_stage_has_no_compiler() -> None:
 def test_hand_built_plans_cover_each_base_kind() -> None:
     kinds = {base_kind(with_base_image(b(), base).image.base_image) for b, base in CASES.values()}
     assert kinds == {"cuda", "l4t", "plain"} and set(HAND_BUILT) <= {b().profile for b, _ in CASES.values()}
+
+
+# --- one cuDNN per image ------------------------------------------------------------------------------------------
+
+def _framework_group(plan: Plan) -> WheelGroup:
+    return next(g for g in wheel_groups(plan) if g.name.startswith("framework-"))
+
+
+def _label(text: str, key: str) -> str:
+    found = re.search(rf'^\s+{re.escape(key)}="([^"]*)"', text, re.M)
+    assert found, f"no label {key}"
+    return found.group(1)
+
+
+def test_cudnn_base_gets_no_cudnn_wheels() -> None:
+    """On a -cudnn- base the framework's nvidia-cudnn-* dependency is left out and no cuDNN wheel group exists:
+    the image holds the base's cuDNN only, and says so."""
+    plan = deskmini()  # nvidia/cuda:...-cudnn-runtime-...; torch brings cuDNN from PyPI
+    assert base_has_cudnn(plan.image.base_image) and plan.cudnn.source == "pypi"
+    groups = wheel_groups(plan)
+    assert not any(r.startswith(CUDNN_WHEEL_PREFIX) for g in groups for r in g.requirements)
+    fw = _framework_group(plan)
+    assert fw.leave_out == (CUDNN_WHEEL_PREFIX,) and fw.install_no_deps
+    text = render_dockerfile(plan)
+    fw_step = text.split(f"COPY wheels/{fw.name}/", 1)[1].split("\n\n", 1)[0]
+    assert "      --no-deps \\\n" in fw_step
+    assert _label(text, "io.provision.cudnn.source") == "base-image"
+    assert re.search(r"^# cuDNN: the base image's .*nvidia-cudnn-\* wheels are left out\.$", text, re.M)
+
+
+@pytest.mark.parametrize("base", ["provision/debian:13", "mirror.example:5000/nvidia/cuda:12.6.3-runtime-ubuntu24.04"])
+def test_base_without_cudnn_installs_the_planned_cudnn_wheels(base: str) -> None:
+    plan = with_base_image(deskmini(), base)
+    cudnn_wheels = [r for g in wheel_groups(plan) for r in g.requirements if r.startswith(CUDNN_WHEEL_PREFIX)]
+    assert cudnn_wheels == [p for p in plan.cudnn.packages if p.startswith(CUDNN_WHEEL_PREFIX)]
+    assert _framework_group(plan).leave_out == () and not _framework_group(plan).install_no_deps
+    text = render_dockerfile(plan)
+    assert _label(text, "io.provision.cudnn.source") == "pypi"
+    assert re.search(r"^# cuDNN: PyPI wheels \(.*nvidia-cudnn-cu12==", text, re.M)
+
+
+def test_skip_frameworks_on_cudnn_base_drops_nothing() -> None:
+    text = render_dockerfile(deskmini(), skip_frameworks=True)
+    assert "--no-deps" not in text and "left out" not in text
+    assert _label(text, "io.provision.cudnn.source") == "base-image"
+
+
+def test_jetson_keeps_its_framework_dependencies() -> None:
+    """L4T: cuDNN is JetPack's and NVIDIA's Jetson wheels do not depend on the PyPI cuDNN wheels."""
+    plan = jetson_orin_nano()
+    assert all(g.leave_out == () for g in wheel_groups(plan))
+    assert re.search(r"^# cuDNN: JetPack's, in the L4T base ", render_dockerfile(plan), re.M)
+
+
+def test_base_without_cudnn_is_named() -> None:
+    assert base_without_cudnn("nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04") == "nvidia/cuda:12.6.3-runtime-ubuntu24.04"
+    assert base_without_cudnn("reg:5000/nvidia/cuda:11.7.1-cudnn8-runtime-ubuntu22.04") == \
+        "reg:5000/nvidia/cuda:11.7.1-runtime-ubuntu22.04"
+    assert base_without_cudnn("nvidia/cuda:12.6.3-runtime-ubuntu24.04") is None
+    assert base_without_cudnn("provision/debian:13") is None
+
+
+def _base_info(cudnn: str | None) -> dict:
+    """The part of `docker image inspect` that check_base_cudnn reads, as nvidia/cuda's cuDNN images have it."""
+    return {"Config": {"Env": ["PATH=/usr/bin"] + ([f"NV_CUDNN_VERSION={cudnn}"] if cudnn else [])}}
+
+
+@pytest.mark.parametrize(("base_cudnn", "ok"), [("9.5.1.17-1", True), ("9.10.2.21-1", True), ("9.3.0.75-1", False),
+                                                ("8.9.7.29-1", False)])
+def test_build_refuses_a_base_cudnn_the_framework_refuses(base_cudnn: str, ok: bool) -> None:
+    """The framework uses the base's cuDNN: same major, at least its minor, or `provision build` stops first."""
+    plan = deskmini()
+    assert plan.frameworks[0].cudnn == "9.5.1"  # the hand-built torch 2.6.0+cu126 is built with cuDNN 9.5.1
+    seen: list[str] = []
+    if ok:
+        check_base_cudnn(plan, _base_info(base_cudnn), skip_frameworks=False, progress=seen.append)
+        assert any(base_cudnn in line for line in seen), seen
+        return
+    with pytest.raises(IncompatibleError) as err:
+        check_base_cudnn(plan, _base_info(base_cudnn), skip_frameworks=False, progress=seen.append)
+    message = str(err.value)
+    assert base_cudnn in message and plan.frameworks[0].cudnn in message
+    assert f"--base-image {base_without_cudnn(plan.image.base_image)}" in message
+    # Without frameworks nothing loads the base's cuDNN at build time: no refusal.
+    check_base_cudnn(plan, _base_info(base_cudnn), skip_frameworks=True, progress=seen.append)
+
+
+def test_build_says_when_the_base_does_not_name_its_cudnn() -> None:
+    seen: list[str] = []
+    check_base_cudnn(deskmini(), _base_info(None), skip_frameworks=False, progress=seen.append)
+    assert any("NV_CUDNN_VERSION" in line for line in seen), seen
+
+
+def test_left_out_wheels_are_deleted_and_the_rest_listed_exactly(tmp_path: Path) -> None:
+    """What the framework group's directory holds after `fetch_wheels` on a cuDNN base: no nvidia-cudnn-* wheel,
+    and a requirements.txt naming every wheel kept, so that `pip install --no-deps` installs all of them."""
+    names = ["torch-2.14.1+cu126-cp312-cp312-manylinux_2_28_x86_64.whl",
+             "nvidia_cudnn_cu12-9.10.2.21-py3-none-manylinux_2_27_x86_64.whl",
+             "nvidia_cublas_cu12-12.6.4.1-py3-none-manylinux2014_x86_64.whl",
+             "filelock-3.20.0-py3-none-any.whl"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "requirements.txt").write_text("torch==2.14.1+cu126\n")
+    group = WheelGroup("framework-pytorch", "torch", "why", ("torch==2.14.1+cu126",), leave_out=(CUDNN_WHEEL_PREFIX,))
+    seen: list[str] = []
+    leave_out_wheels(tmp_path, group, seen.append)
+    assert sorted(p.name for p in tmp_path.glob("*.whl")) == sorted(n for n in names if "cudnn" not in n)
+    assert (tmp_path / "requirements.txt").read_text().splitlines() == [
+        "filelock==3.20.0", "nvidia-cublas-cu12==12.6.4.1", "torch==2.14.1+cu126"]
+    assert any("nvidia-cudnn-cu12==9.10.2.21" in line for line in seen), seen
+
+
+def test_no_deps_and_leave_out_groups_get_other_cache_directories(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROVISION_CACHE", str(tmp_path))
+    target = WheelTarget(python="3.12", glibc=(2, 39), machine="x86_64")
+    plain = WheelGroup("framework-pytorch", "torch", "why", ("torch==2.14.1+cu126",))
+    trimmed = WheelGroup("framework-pytorch", "torch", "why", ("torch==2.14.1+cu126",), leave_out=(CUDNN_WHEEL_PREFIX,))
+    assert wheel_dir(plain, target) != wheel_dir(trimmed, target)
+
+
+# --- the account --------------------------------------------------------------------------------------------------
+
+def _account_step(text: str) -> str:
+    runtime = text.split(" AS runtime", 1)[1]
+    return "RUN set -eu;" + runtime.split("RUN set -eu;", 1)[1].split("\n\n", 1)[0]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_account_step_reuses_an_existing_uid_1000(name: str) -> None:
+    """No bare `useradd --uid 1000` (it fails where the base has uid 1000): the step renames that account or
+    creates one, from quoted shell variables."""
+    build, _ = CASES[name]
+    step = _account_step(_render(name))
+    assert f"user={build().user} uid=1000 home=/home/{build().user};" in step
+    assert 'useradd --create-home --home-dir "$home" --shell /bin/bash --uid "$uid" --gid "$uid" "$user"' in step
+    assert 'usermod --login "$user" --home "$home" --move-home' in step and 'groupmod --new-name "$user"' in step
+    assert "--groups ''" in step and "--lock" in step
+    assert not re.search(r"useradd [^\n]*--uid 1000", step)
+
+
+@pytest.mark.parametrize("user", ["ml; rm -rf /", "$(id)", "Ml", "-o", "a" * 33, ""])
+def test_account_name_that_is_not_safe_is_refused(user: str) -> None:
+    plan = deskmini().model_copy(update={"user": user})  # a plan file edited by hand skips the profile's check
+    with pytest.raises(UsageError, match="not a valid account name"):
+        render_dockerfile(plan)

@@ -211,3 +211,15 @@ def test_this_machine_through_the_cli() -> None:
     if not has_gpu:  # the build machine and CI have no GPU: doctor must say so
         assert data["machine"]["gpus"] == [] and data["best"] is None
         assert any("no GPU here" in n for n in data["notes"])
+
+
+def test_without_a_gpu_doctor_offers_no_write_but_says_how_to_write_a_profile(tmp_path: Path) -> None:
+    """`doctor --write` refuses a machine without a GPU, so doctor must not offer it there (issue 17)."""
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "cpuinfo").write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: sse sse2\n")
+    (root / "etc").mkdir()
+    (root / "etc" / "os-release").write_text('ID=debian\nVERSION_ID="13"\nPRETTY_NAME="Debian GNU/Linux 13"\n')
+    text = "\n".join(diagnose(root, profiles_dir=tmp_path).text_lines())
+    assert "--write" not in text
+    assert "no NVIDIA GPU here" in text and "profiles/*.yaml" in text and "provision validate" in text

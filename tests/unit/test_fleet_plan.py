@@ -143,3 +143,16 @@ def test_diff_names_plan_and_host_differences() -> None:
     assert host_differences(k80, record) == []
     record["installed"]["wheels"]["numpy"] = "0.1"
     assert any(line.startswith("host  numpy: installed 0.1, the plan now pins") for line in host_differences(k80, record))
+
+
+def test_a_password_login_without_a_password_in_the_inventory_is_refused_before_any_host(tmp_path):
+    from provision.errors import UsageError
+    from provision.fleet import assign
+
+    text = (Path(__file__).resolve().parents[2] / "profiles/deskmini.yaml").read_text()
+    profile = tmp_path / "pw.yaml"
+    profile.write_text(text.replace("auth: token", "auth: password"))
+    with pytest.raises(UsageError, match=r"host\(s\) lab-2: jupyter.auth is 'password' and no jupyter_password"):
+        assign({"lab-1": {"jupyter_password": "vaulted"}, "lab-2": {}}, profile, "debian-13", None)
+    groups = assign({"lab-1": {"jupyter_password": "vaulted"}}, profile, "debian-13", None)
+    assert groups[0].plan.jupyter.auth == "password"

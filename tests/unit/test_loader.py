@@ -156,3 +156,116 @@ def test_generated_text_either_loads_or_raises_our_error(tmp_path, text):
         load_profile(path, db=load_db())
     except ProfileError as exc:
         assert exc.lines()
+
+
+# --- Special files and hostile YAML (issue 14): one line, exit 2, no hang, no traceback, no crash ------------------
+
+def run_validate(path: Path | str, timeout: float = 60) -> tuple[int, list[str]]:
+    """`provision validate PATH` in a process of its own: a hang is a timeout, a crash a signal, not a lost test run."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "provision", "validate", str(path)], capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, [line for line in proc.stderr.splitlines() if line]
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    import os
+
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    code, [line] = run_validate(fifo, timeout=30)
+    assert code == 2 and "p.yaml: is a named pipe (FIFO), not a file" in line
+
+
+@pytest.mark.parametrize("device", ["/dev/urandom", "/dev/zero"])
+def test_devices_are_refused_before_reading(device):
+    code, [line] = run_validate(device, timeout=30)
+    assert code == 2 and line == f"error: {device}: is a character device, not a file (give a profile file)"
+
+
+def test_a_symlink_loop_is_one_line(tmp_path):
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "b.yaml")
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "a.yaml")
+    [line] = problems(tmp_path / "a.yaml")
+    assert "a.yaml: too many levels of symbolic links" in line
+
+
+def test_a_file_over_a_mebibyte_is_refused_by_its_size(tmp_path):
+    assert MAX_BYTES == 1024 * 1024
+    [line] = problems(write(tmp_path, "a: " + "x" * MAX_BYTES + "\n"))
+    assert f"bytes; a profile is at most {MAX_BYTES}" in line
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "{a: " * 100_000, "- " * 100_000 + "x",
+                                  "".join(" " * i + "a:\n" for i in range(200))])
+def test_deep_nesting_is_one_line_and_no_crash(tmp_path, text):
+    code, [line] = run_validate(write(tmp_path, text + "\n"), timeout=60)
+    assert code == 2, line  # not 139 (SIGSEGV) nor 1 (a traceback)
+    assert "nests deeper than 32 levels" in line and "p.yaml:" in line
+
+
+@pytest.mark.parametrize(("tag", "shown"), [("!!python/name:os.system", "!!python/name:os.system"),
+                                             ("!!python/object/apply:os.system", "!!python/object/apply:os.system"),
+                                             ("!!binary", "!!binary"), ("!custom", "!custom"),
+                                             ("!<tag:yaml.org,2002:python/none>", "!!python/none")])
+def test_unknown_tags_are_refused_by_name(tmp_path, tag, shown):
+    text = GOOD.read_text().replace("name: deskmini", f"name: {tag} deskmini")
+    [line] = problems(write(tmp_path, text))
+    assert f"the YAML tag {shown} is not allowed" in line and ":3:7:" in line
+
+
+def test_core_tags_still_work(tmp_path):
+    text = GOOD.read_text().replace("name: deskmini", "name: !!str deskmini")
+    assert load_profile(write(tmp_path, text), db=load_db()).name == "deskmini"
+
+
+def test_a_second_document_is_refused(tmp_path):
+    [line] = problems(write(tmp_path, GOOD.read_text() + "---\nname: other\n"))
+    assert "one YAML document" in line
+
+
+def test_a_long_value_is_cut_and_escape_sequences_are_escaped(tmp_path):
+    value = "\x1b[31mred\x1b]0;title\x07" + "A" * 200_000
+    text = GOOD.read_text().replace("name: deskmini", f'name: "{value.encode("unicode_escape").decode()}"')
+    code, lines = run_validate(write(tmp_path, text))
+    assert code == 2
+    [line] = [x for x in lines if ": name:" in x]
+    assert "\x1b" not in "".join(lines) and "\x07" not in "".join(lines)
+    assert "\\x1b[31mred" in line and "(200018 characters)" in line and len(line) < 500
+
+
+@pytest.mark.parametrize(("field", "written", "expect"), [
+    ("name: deskmini", "name: no", "name: no is read by YAML as true/false (false), not as text (put it in quotes: 'no')"),
+    ("user: ml", "user: off", "software.user: off is read by YAML as true/false (false)"),
+    ("  frameworks:\n", "  cuda: 12.10\n  frameworks:\n",
+     "software.cuda: 12.10 is read by YAML as a number (12.1), not as text (put it in quotes: '12.10')"),
+])
+def test_values_are_quoted_as_written(tmp_path, field, written, expect):
+    lines = problems(write(tmp_path, GOOD.read_text().replace(field, written, 1)))
+    assert any(expect in x for x in lines), lines
+
+
+@pytest.mark.parametrize(("value", "why"), [("latest", "'latest' is not a version"),
+                                            ("'12.*'", "'12.*' is a pattern, not a version"),
+                                            ("'>=12,<13'", "'>=12,<13' is a range, not a version"),
+                                            ("'~=12.1'", "is a range, not a version")])
+def test_version_fields_say_a_single_version_is_needed(tmp_path, value, why):
+    text = GOOD.read_text().replace("  frameworks:\n", f"  cuda: {value}\n  frameworks:\n", 1)
+    [line] = problems(write(tmp_path, text))
+    assert "software.cuda:" in line and "is not a version" in line and why in line
+    assert "a pin is one version, e.g. '12.6', in quotes; leave the field out" in line
+    assert "use letters, digits" not in line
+
+
+def test_root_is_refused_as_the_account(tmp_path):
+    [line] = problems(write(tmp_path, GOOD.read_text().replace("user: ml", "user: root")))
+    assert ":25:9: software.user: the environment and Jupyter must not run as root" in line
+
+
+def test_a_profile_path_with_control_characters_is_refused(tmp_path):
+    path = tmp_path / "p\x1b[2J.yaml"
+    path.write_text(GOOD.read_text())
+    [line] = problems(path)
+    assert "\\x1b[2J" in line and "\x1b" not in line and "rename the file" in line

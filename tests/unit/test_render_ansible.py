@@ -11,8 +11,9 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision.pipeline import plan_for
-from provision.render.ansible import ROLES, ansible_vars, render_ansible, sandbox_inventory
+from provision.render.ansible import ROLES, ansible_vars, render_ansible
 from provision.resources import share_dir
+from provision.sandbox import inventory as sandbox_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -82,7 +83,7 @@ def test_every_var_is_a_role_input_and_required_inputs_are_given(plan_name, requ
 
 
 def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
-    files = render_ansible(deskmini, tmp_path, inventory=sandbox_inventory("pv-syntax"))
+    files = render_ansible(deskmini, tmp_path, inventory=sandbox_inventory(["pv-syntax"], connection="docker"))
     assert (tmp_path / "plan.json").is_file()
     play = YAML(typ="safe").load(files["playbook"].read_text())[0]
     assert [r["role"] for r in play["roles"]] == list(ROLES) and play["become"] is True

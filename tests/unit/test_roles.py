@@ -122,3 +122,24 @@ def test_copies_of_check_requirements_are_identical():
     assert len(copies) == 5, copies
     for copy in copies:
         assert copy.read_text() == original, f"{copy} differs from python_env's: copy it again"
+
+
+@pytest.mark.parametrize("scenario", sorted(ROLES_DIR.glob("*/molecule/*/molecule.yml")), ids=lambda p: f"{p.parts[-4]}/{p.parts[-2]}")
+def test_scenarios_find_provisions_own_modules(scenario: Path) -> None:
+    """Roles call provision_apt_components (plugins/modules); molecule finds it through ANSIBLE_LIBRARY."""
+    env = load(scenario)["provisioner"]["env"]
+    library = env["ANSIBLE_LIBRARY"].replace("${MOLECULE_PROJECT_DIRECTORY}", str(scenario.parents[2]))
+    assert (Path(library) / "provision_apt_components.py").is_file(), library
+
+
+@pytest.mark.parametrize("role", ALL_ROLES)
+def test_roles_that_use_apt_install_python3_apt_first(role: str) -> None:
+    """Ansible's apt module needs python3-apt, which a stock Debian lacks: the role installs it before any apt task."""
+    tasks = ROLES_DIR / role / "tasks"
+    if not any("ansible.builtin.apt:" in p.read_text() for p in tasks.glob("*.yml")):
+        pytest.skip(f"{role} does not use ansible.builtin.apt")
+    main = load(tasks / "main.yml")
+    names = [t.get("name", "") for t in main]
+    first_apt_user = next(i for i, t in enumerate(main) if "include_tasks" in str(t) or "ansible.builtin.apt" in t)
+    step = next(i for i, n in enumerate(names) if "python3-apt" in n)
+    assert step < first_apt_user and "apt-get" in str(main[step])

@@ -32,11 +32,20 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REA
 
 
 def test_every_kernel_runs_correctly_and_reports_figures() -> None:
-    report = checks.run(Expect(source="device"), peak_lookup=None, repeats=5, frameworks=False, jupyter=False)
+    from provision.verify.controller import compat_peak_lookup
+
+    report = checks.run(Expect(source="device"), peak_lookup=compat_peak_lookup(), repeats=5, frameworks=False,
+                        jupyter=False)
     data = report.to_dict()
     assert validate(data) == []
-    by_name = {c.name: c for c in report.checks}
-    for name in ("device", "compile:triad", "compile:reduce", "compile:sgemm", "sgemm-correct"):
-        assert by_name[name].status == "PASS", by_name[name].detail
-    assert by_name["triad"].status == "PASS", by_name["triad"].detail  # correct and >= 50 % of attribute peak
+    statuses = {c.name: c.status for c in report.checks}
+    # Every check's status, not only that it ran: the device's peaks come from its own row (a GPU the database
+    # knows), so the percentage checks PASS; a device it does not know SKIPs them, which this test then shows.
+    expected = {"nvrtc": "PASS", "cuda-runtime": "PASS", "cudnn": statuses.get("cudnn"), "driver": "PASS",
+                "device": "PASS", "compile:triad": "PASS", "compile:reduce": "PASS", "compile:sgemm": "PASS",
+                "triad": "PASS", "reduce": "PASS", "sgemm-correct": "PASS", "sgemm": "PASS",
+                "sgemm-vs-cublas": "PASS"}
+    details = {c.name: c.detail for c in report.checks}
+    assert statuses == expected, details
+    assert report.exit_code == 0 and data["status"] == "pass"
     assert data["figures"]["triad_gbps"] > 0 and data["figures"]["sgemm_gflops"] > 0

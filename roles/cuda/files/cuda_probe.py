@@ -1,10 +1,11 @@
 """Find and load the CUDA runtime (and NVRTC) a host has, and report their versions as JSON.
 
-Shipped with the cuda role and run by `ansible.builtin.script`. nvrtcVersion works without a GPU or driver, and so does
-cudaRuntimeGetVersion from CUDA 12 on. CUDA 11's runtime answers cudaErrorInsufficientDriver (35) when no driver
-is loaded, and cudaErrorNoDevice (100) when the driver's user space is there but no GPU is (a container, or a host
-before its first reboot); the library then still loaded, and its version is read from the package that installed
-it (the wheel's metadata, or dpkg). The report says which way the version was found.
+Shipped with the cuda role and fed on stdin to `python -I -` (as the environment's owner for wheels).
+nvrtcVersion works without a GPU or driver, and so does cudaRuntimeGetVersion from CUDA 12 on. CUDA 11's runtime
+answers cudaErrorInsufficientDriver (35) when no driver is loaded, and cudaErrorNoDevice (100) when the driver's user
+space is there but no GPU is (a container, or a host before its first reboot); the library then still loaded, and its
+version is read from the package that installed it (the wheel's metadata, or dpkg). The report says which way the
+version was found.
 
 Search order: the wheels in a virtual environment (--venv), then CUDA_HOME (--home), then the loader cache.
 Exit status 1 when no loadable libcudart is found (the JSON then says where it looked).

@@ -1,6 +1,6 @@
 """Find and load libcudnn, call cudnnGetVersion and report the version as JSON.
 
-Shipped with the cudnn role and run by `ansible.builtin.script`. Works without a GPU or driver:
+Shipped with the cudnn role and fed on stdin to `python -I -` (as the environment's owner for wheels). Works without a GPU or driver:
 cudnnGetVersion only reports the version the library was built as.
 
 Search order: the nvidia-cudnn wheels in a virtual environment (--venv), then --lib-dir, then the loader cache.

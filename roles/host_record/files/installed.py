@@ -1,6 +1,7 @@
 """Print, as JSON, the installed versions of the given Debian packages and of every wheel in a virtual environment.
 
-Run by the host_record role with the host's system Python: `installed.py --venv DIR [PACKAGE ...]`.
+Run by the host_record role as the environment's owner (never root: the environment's interpreter loads what its owner
+wrote), with the system Python in isolated mode, the script on stdin: `python3 -I - --venv DIR [PACKAGE ...]`.
 Missing packages are recorded as null, so the record says what is absent as well as what is there.
 """
 

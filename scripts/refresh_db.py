@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""Re-check the compatibility database against PyPI and Debian and print what changed.
+
+PyPI (JSON API, https://pypi.org/pypi/NAME/json, and the wheels' PEP 658 metadata):
+  * every pinned requirement in pypi.yaml, pytorch.yaml (PyPI builds), tensorflow.yaml: the pinned release still
+    exists, is not yanked, and what the newest release is;
+  * the PyPI torch and TensorFlow rows: the CUDA/cuDNN requirements of the pinned wheel as the rows describe them
+    (cuDNN release, whether the aarch64 wheel's nvidia-* requirements are x86_64-only);
+Debian (apt-cache against Debian's own lists, main contrib non-free non-free-firmware, in a private apt state
+directory so the machine's apt configuration is not touched):
+  * every Debian driver and CUDA package row in os.yaml: the candidate version now, against the row's;
+  * whether Debian packages NVIDIA Fabric Manager at all.
+--hash-jetson downloads NVIDIA's Jetson PyTorch wheels and prints their sha256 for platforms.yaml (where
+developer.download.nvidia.com is reachable).
+
+Nothing is written to the data files: the output says which rows to change, a person changes them (and the
+`checked` dates) and reviews the plans that move (`pytest tests/unit/test_plan_golden.py --update-golden`).
+Exit status: 0, or 1 with --strict when anything changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from packaging.requirements import Requirement  # noqa: E402
+from packaging.version import InvalidVersion, Version  # noqa: E402
+
+from provision.compat import CompatDB, _read_db  # noqa: E402
+from provision.resources import data_dir  # noqa: E402
+
+UA = {"User-Agent": "provision-refresh-db"}
+DEBIAN_SUITES = {
+    "debian-12": ["bookworm", "bookworm-updates", "bookworm-security"],
+    "debian-13": ["trixie", "trixie-updates", "trixie-security"],
+}
+
+
+class Report:
+    def __init__(self) -> None:
+        self.changes: list[str] = []
+        self.notes: list[str] = []
+        self.checked = 0
+
+    def change(self, text: str) -> None:
+        self.changes.append(text)
+        print(f"CHANGED  {text}")
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        print(f"note     {text}")
+
+    def ok(self, text: str) -> None:
+        self.checked += 1
+        if os.environ.get("REFRESH_VERBOSE"):
+            print(f"ok       {text}")
+
+
+# --- PyPI -------------------------------------------------------------------------------------------------------
+
+_JSON: dict[str, dict | None] = {}
+
+
+def pypi(name: str) -> dict | None:
+    if name not in _JSON:
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(f"https://pypi.org/pypi/{name}/json", headers=UA), timeout=60
+            ) as resp:
+                _JSON[name] = json.load(resp)
+        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError):
+            _JSON[name] = None
+    return _JSON[name]
+
+
+def _newest(data: dict) -> Version | None:
+    versions = []
+    for v, files in data["releases"].items():
+        try:
+            pv = Version(v)
+        except InvalidVersion:
+            continue
+        if files and not pv.is_prerelease and not all(f.get("yanked") for f in files):
+            versions.append(pv)
+    return max(versions, default=None)
+
+
+def check_pin(rep: Report, requirement: str, where: str) -> None:
+    req = Requirement(requirement)
+    pinned = next((s.version for s in req.specifier if s.operator == "=="), None)
+    if pinned is None:
+        return
+    data = pypi(req.name)
+    if data is None:
+        rep.note(f"{where}: {req.name} not reachable on PyPI")
+        return
+    files = data["releases"].get(pinned)
+    if not files:
+        rep.change(f"{where}: {req.name}=={pinned} is no longer on PyPI")
+        return
+    if all(f.get("yanked") for f in files):
+        reason = next((f.get("yanked_reason") for f in files if f.get("yanked_reason")), "no reason given")
+        rep.change(f"{where}: {req.name}=={pinned} is yanked ({reason})")
+        return
+    newest = _newest(data)
+    if newest is not None and newest > Version(pinned) and newest.release[:2] == Version(pinned).release[:2]:
+        rep.change(f"{where}: {req.name}=={pinned} has a newer patch release {newest} in the same line")
+    rep.ok(f"{where}: {req.name}=={pinned}")
+
+
+def newest_release(rep: Report, name: str, known: list[str], what: str) -> None:
+    data = pypi(name)
+    if data is None:
+        rep.note(f"{name} not reachable on PyPI")
+        return
+    newest = _newest(data)
+    have = max((Version(v) for v in known), default=None)
+    if newest and have and newest.release[:2] > have.release[:2]:
+        rep.change(f"{what}: PyPI's newest {name} is {newest}; the database's newest row is {have}")
+    else:
+        rep.ok(f"{what}: newest {name} {newest}")
+
+
+def wheel_metadata(name: str, version: str, machine: str) -> list[str] | None:
+    """requires_dist of the version's manylinux wheel for this machine, as pip reads it (pip install --dry-run
+    --no-deps --report: pip fetches only the metadata where the index serves it)."""
+    platforms = [f"manylinux_2_{m}_{machine}" for m in range(17, 36)] + [f"manylinux2014_{machine}"]
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps", "--ignore-installed",
+           "--report", "-", "--only-binary=:all:", "--index-url", "https://pypi.org/simple"]
+    for tag in platforms:
+        cmd += ["--platform", tag]
+    for python in ("3.12", "3.11", "3.10", "3.9", "3.8"):
+        proc = subprocess.run([*cmd, "--python-version", python, f"{name}=={version}"], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode == 0:
+            install = json.loads(proc.stdout).get("install", [])
+            return install[0]["metadata"].get("requires_dist", []) if install else None
+    return None
+
+
+def check_framework_wheels(rep: Report, db: CompatDB) -> None:
+    for row in (r for r in db.torch if r.pypi_default):
+        where = f"pytorch.yaml torch {row.version} ({row.variant}, PyPI)"
+        check_pin(rep, f"torch=={row.version}", where)
+        deps = wheel_metadata("torch", row.version, "x86_64")
+        if deps is None:
+            rep.note(f"{where}: no wheel metadata for x86_64")
+            continue
+        cudnn = [d for d in deps if d.startswith("nvidia-cudnn")]
+        pins = [Requirement(d).specifier for d in cudnn]
+        got = {s.version for spec in pins for s in spec if s.operator == "=="}
+        if got and not any(v.startswith(row.cudnn.rsplit(".", 1)[0]) for v in got):
+            rep.change(f"{where}: the wheel requires cuDNN {', '.join(sorted(got))}; the row says {row.cudnn}")
+        arm = wheel_metadata("torch", row.version, "aarch64")
+        if arm is not None:
+            cuda = [d for d in arm if d.startswith(("nvidia-", "cuda-"))]
+            cpu_only = not cuda or all('platform_machine == "x86_64"' in d for d in cuda)
+            if cpu_only == row.aarch64_cuda:
+                rep.change(f"{where}: the aarch64 wheel is {'CPU-only' if cpu_only else 'a CUDA build'}; "
+                           f"the row says aarch64_cuda: {row.aarch64_cuda}")
+            else:
+                rep.ok(f"{where}: aarch64 wheel as the row says")
+    newest_release(rep, "torch", [r.version for r in db.torch], "pytorch.yaml")
+    for row in db.tensorflow:
+        where = f"tensorflow.yaml {row.version}"
+        check_pin(rep, f"tensorflow=={row.version}", where)
+        deps = wheel_metadata("tensorflow", row.version, "x86_64")
+        if deps is None:
+            rep.note(f"{where}: no wheel metadata for x86_64")
+            continue
+        numpy = [Requirement(d.split(";")[0]) for d in deps if d.startswith("numpy")]
+        takes_2 = any(not spec.specifier or spec.specifier.contains("2.0.0") for spec in numpy)
+        if takes_2 != (row.numpy_major == 2):
+            rep.change(f"{where}: requires {', '.join(str(n) for n in numpy)}; the row says numpy_major {row.numpy_major}")
+        cudnn = [Requirement(d.split(";")[0]) for d in deps if d.startswith("nvidia-cudnn")]
+        if cudnn and not any(spec.specifier.contains(_wheel_version(db, row.cudnn), prereleases=True) for spec in cudnn):
+            rep.change(f"{where}: [and-cuda] requires {', '.join(str(c) for c in cudnn)}; the row says cuDNN {row.cudnn}")
+    newest_release(rep, "tensorflow", [r.version for r in db.tensorflow], "tensorflow.yaml")
+
+
+def _wheel_version(db: CompatDB, cudnn: str) -> str:
+    row = next((p for p in db.pypi_cudnn if p.cudnn == cudnn and p.cuda_major >= 12), None)
+    return row.requirement.split("==")[1] if row else cudnn
+
+
+def check_pypi(rep: Report, db: CompatDB) -> None:
+    for row in db.pypi_cuda:
+        for req in filter(None, (row.cublas, row.runtime, row.nvrtc, row.nvcc)):
+            check_pin(rep, req, f"pypi.yaml CUDA {row.cuda}")
+    for row in db.pypi_cudnn:
+        check_pin(rep, row.requirement, f"pypi.yaml cuDNN {row.cudnn} (CUDA {row.cuda_major})")
+    for tool in db.tools:
+        check_pin(rep, tool.requirement, f"pypi.yaml tool {tool.name}")
+    for name, rows in (("nvidia-cudnn-cu12", [p.cudnn for p in db.pypi_cudnn if p.cuda_major == 12]),
+                       ("nvidia-cudnn-cu13", [p.cudnn for p in db.pypi_cudnn if p.cuda_major == 13])):
+        newest_release(rep, name, rows, "pypi.yaml cuDNN wheels")
+    check_framework_wheels(rep, db)
+
+
+# --- Debian -----------------------------------------------------------------------------------------------------
+
+
+def apt_root() -> Path:
+    base = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision")) / "apt"
+    (base / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (base / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for suites in DEBIAN_SUITES.values():
+        for suite in suites:
+            url = "http://deb.debian.org/debian-security" if suite.endswith("-security") else "http://deb.debian.org/debian"
+            lines.append(f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {url} {suite} "
+                         "main contrib non-free non-free-firmware")
+    (base / "sources.list").write_text("\n".join(lines) + "\n")
+    (base / "status").touch()
+    return base
+
+
+def _apt_opts(base: Path) -> list[str]:
+    return ["-o", f"Dir::State::Lists={base / 'lists'}", "-o", f"Dir::Etc::SourceList={base / 'sources.list'}",
+            "-o", "Dir::Etc::SourceParts=/dev/null", "-o", f"Dir::Cache={base}", "-o", f"Dir::State::status={base / 'status'}",
+            "-o", "APT::Architecture=amd64", "-o", "Debug::NoLocking=1"]
+
+
+def check_debian(rep: Report, db: CompatDB) -> None:
+    base = apt_root()
+    update = subprocess.run(["apt-get", *_apt_opts(base), "update", "-qq"], capture_output=True, text=True, check=False)
+    if update.returncode != 0:
+        rep.note("apt-get update against Debian's lists failed: " + update.stderr.strip().splitlines()[-1:][0]
+                 if update.stderr.strip() else "apt-get update failed")
+        return
+    rows = [(d.os_id, d.packages[0], d.version, f"os.yaml driver R{d.branch}") for d in db.drivers if d.source == "debian"]
+    rows += [(c.os_id, c.packages[0], c.version, f"os.yaml CUDA {c.cuda} {c.kind}") for c in db.cuda_pkgs if c.source == "debian"]
+    for os_id, package, version, where in rows:
+        suites = DEBIAN_SUITES.get(os_id)
+        if not suites:
+            continue
+        out = subprocess.run(["apt-cache", *_apt_opts(base), "madison", package], capture_output=True, text=True,
+                             check=False).stdout
+        have = [(v.strip(), src.strip()) for _, v, src in (line.split("|")[:3] for line in out.splitlines() if "|" in line)
+                if any(f" {s}/" in src or src.strip().startswith(s + "/") for s in suites)]
+        if not have:
+            rep.change(f"{where} ({os_id}): {package} is not in Debian {'/'.join(suites)} any more")
+            continue
+        newest = _deb_max([v for v, _ in have])
+        if version and version not in {v for v, _ in have}:
+            rep.change(f"{where} ({os_id}): {package} {version} is gone; Debian has {', '.join(sorted({v for v, _ in have}))}")
+        elif version and newest != version:
+            rep.change(f"{where} ({os_id}): {package} {version} -> {newest} available")
+        else:
+            rep.ok(f"{where}: {package} {version}")
+    found = subprocess.run(["apt-cache", *_apt_opts(base), "search", "fabricmanager"], capture_output=True, text=True,
+                           check=False).stdout.strip()
+    if found:
+        rep.change(f"Debian now packages Fabric Manager: {found.splitlines()[0]} (os.yaml fabricmanager has no Debian row)")
+    else:
+        rep.ok("Debian packages no Fabric Manager")
+
+
+def _deb_max(versions: list[str]) -> str:
+    best = versions[0]
+    for v in versions[1:]:
+        if subprocess.run(["dpkg", "--compare-versions", v, "gt", best], check=False).returncode == 0:
+            best = v
+    return best
+
+
+# --- Jetson wheels ----------------------------------------------------------------------------------------------
+
+
+def hash_jetson(rep: Report, db: CompatDB) -> None:
+    for row in db.jetson_torch:
+        h = hashlib.sha256()
+        try:
+            with urllib.request.urlopen(urllib.request.Request(row.url, headers=UA), timeout=60) as resp:
+                for chunk in iter(lambda: resp.read(1 << 20), b""):
+                    h.update(chunk)
+        except (urllib.error.URLError, TimeoutError) as exc:
+            rep.note(f"platforms.yaml JetPack {row.jetpack}: {row.url} not reachable ({exc}); sha256 stays {row.sha256}")
+            continue
+        if h.hexdigest() != row.sha256:
+            rep.change(f"platforms.yaml JetPack {row.jetpack}: sha256 {h.hexdigest()} (the row has {row.sha256})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-pypi", action="store_true")
+    ap.add_argument("--no-debian", action="store_true")
+    ap.add_argument("--hash-jetson", action="store_true", help="download NVIDIA's Jetson wheels and hash them")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when anything changed")
+    args = ap.parse_args(argv)
+    db = _read_db(data_dir())
+    rep = Report()
+    if not args.no_pypi:
+        check_pypi(rep, db)
+    if not args.no_debian:
+        check_debian(rep, db)
+    if args.hash_jetson:
+        hash_jetson(rep, db)
+    print(f"summary: {rep.checked} facts unchanged, {len(rep.changes)} changed, {len(rep.notes)} not checked")
+    return 1 if args.strict and rep.changes else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

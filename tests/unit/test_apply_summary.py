@@ -1,0 +1,122 @@
+"""The table after `provision apply`, at 80 columns: short cells, the profile as the user wrote it, the long causes and
+the verifier's figures under the table, one line per host (wrapped on a terminal, whole in a log)."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from provision.cli import print_apply_summary
+from provision.fleet import FleetResult, HostResult, assign, profile_label, summary_rows
+from provision.resources import share_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+CAUSE = ("the package index the host uses listed no versions at all for nvidia-cudnn-cu12==9.10.2.21: check "
+         "PIP_INDEX_URL on the host, its proxy and its DNS; the earlier steps are in place, so the same command resumes")
+VERIFY = {"status": "pass", "mode": "gpu", "summary": {"passed": 12, "failed": 0},
+          "figures": {"sgemm_tflops": 3.91, "hgemm_tflops": 7.8, "bandwidth_gbps": 168.2, "saxpy_gbps": 160.4}}
+
+
+def fleet(first: str = "gpu-workstation-01") -> FleetResult:
+    result = FleetResult(groups=[], status="failed")
+    for r in (HostResult(first, "deskmini", "ok", changed=41, verify=VERIFY),
+              HostResult("p2-a", "profiles/aws-p2.yaml", "failed", changed=7,
+                         step="venv | Install the requirements (pip, with the plan's pins)", message=CAUSE),
+              HostResult("p2-b", "profiles/aws-p2.yaml", "unreachable",
+                         message="nothing accepts SSH connections at the host's address and port (is sshd running, "
+                                 "is ansible_port right?)")):
+        result.hosts[r.host] = r
+    return result
+
+
+def render(*, terminal: bool, check: bool = False, first: str = "gpu-workstation-01") -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    kw = {"width": 80, "force_terminal": terminal, "color_system": None, "highlight": False, "soft_wrap": True}
+    print_apply_summary(fleet(first), check=check, out=Console(file=out, **kw), err=Console(file=err, **kw))
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "log"])
+def test_the_table_fits_80_columns_with_one_line_per_host(terminal: bool) -> None:
+    out, _ = render(terminal=terminal)
+    table = out.splitlines()[:4]  # header and three hosts
+    assert all(len(line) <= 80 for line in table), "\n".join(table)
+    assert table[0].split() == ["host", "profile", "result", "changed", "step", "/", "verify"]
+    # Each host is one row: its profile, result, changed count and short detail on the same line.
+    assert re.search(r"deskmini\s+ok\s+41\s+verify pass\s*$", table[1]), table[1]
+    assert re.search(r"^ ?p2-a\s+profiles/aws-p2\.yaml\s+failed\s+7\s+venv \| Inst\S*…\s*$", table[2]), table[2]
+    assert re.search(r"^ ?p2-b\s+profiles/aws-p2\.yaml\s+unreachable\s+0\s+unreachable\s*$", table[3]), table[3]
+    assert "listed no versions" not in out  # the cause is not squeezed into the table
+
+
+def test_a_very_long_host_name_folds_but_nothing_passes_80_columns() -> None:
+    name = "gpu-workstation-01.rack-4.lab.example.org"
+    out, err = render(terminal=True, first=name)
+    assert all(len(line) <= 80 for line in (out + err).splitlines()), out
+    assert name in out.replace(" ", "").replace("\n", "")  # folded in the table, whole under it
+
+
+def test_on_a_terminal_the_causes_wrap_under_the_table_one_per_host() -> None:
+    out, err = render(terminal=True)
+    assert all(len(line) <= 80 for line in (out + err).splitlines()), out + err
+    starts = [line for line in err.splitlines() if not line.startswith(" ")]
+    assert starts == ["failed: p2-a: venv | Install the requirements (pip, with the plan's pins): the",
+                      "failed: p2-b: unreachable: nothing accepts SSH connections at the host's address"]
+    assert " ".join(err.split()) == " ".join(
+        f"failed: {h}: {s}: {m}" for h, s, m in (("p2-a", "venv | Install the requirements (pip, with the plan's "
+                                                  "pins)", CAUSE), ("p2-b", "unreachable", fleet().hosts["p2-b"].message)))
+    details = out.split("\n", 4)[4]
+    assert " ".join(details.split()).startswith("gpu-workstation-01: verify pass (on the GPU): 12 "
+                                                "passed, 0 failed; sgemm_tflops=3.91, hgemm_tflops=7.8")
+
+
+def test_in_a_log_each_cause_is_one_whole_line_for_grep() -> None:
+    _, err = render(terminal=False)
+    assert err.splitlines() == [
+        f"failed: p2-a: venv | Install the requirements (pip, with the plan's pins): {CAUSE}",
+        "failed: p2-b: unreachable: " + fleet().hosts["p2-b"].message]
+
+
+def test_a_dry_run_shows_no_verdict() -> None:
+    out, _ = render(terminal=False, check=True)
+    assert "verify" not in out.replace("step / verify", "")
+    assert [row[4] for row in summary_rows(fleet(), check=True)][0] == ""
+
+
+def test_a_shipped_profile_is_shown_by_the_name_the_user_wrote(tmp_path: Path) -> None:
+    shipped = share_dir("profiles")
+    assert profile_label("deskmini", shipped / "deskmini.yaml") == "deskmini"
+    assert profile_label("deskmini.yaml", shipped / "deskmini.yaml") == "deskmini.yaml"
+    groups = assign({"a": {"provision_profile": "deskmini", "provision_os": "debian-13"}}, None, None, None)
+    assert groups[0].profile == "deskmini"
+    # A file the user named keeps its path (relative to the working directory when inside it).
+    mine = tmp_path / "box.yaml"
+    mine.write_text((ROOT / "profiles/deskmini.yaml").read_text())
+    assert profile_label("../x/box.yaml", mine) == str(mine)
+    assert assign({"a": {}}, mine, "debian-13", None)[0].profile == str(mine)
+
+
+def test_the_jupyter_hint_is_the_exact_tunnel_over_the_inventorys_ssh_settings():
+    import shlex
+
+    from provision.apply import host_summaries
+    from provision.pipeline import plan_for
+
+    plan = plan_for(ROOT / "profiles/deskmini.yaml", os_override="debian-13")
+    hostvars = {"lab-1": {"ansible_host": "127.0.0.1", "ansible_port": 40022, "ansible_user": "admin",
+                          "ansible_ssh_private_key_file": "/keys/id ed25519",
+                          "ansible_ssh_common_args": "-o UserKnownHostsFile=/kh -o StrictHostKeyChecking=yes"},
+                "lab-2": {"ansible_connection": "docker"}}
+    lines = host_summaries(plan, ["lab-1", "lab-2"], hostvars)
+    one = lines[0].removeprefix("lab-1: jupyter: ")
+    assert one.startswith("http://127.0.0.1:8888/lab after `")
+    tunnel = shlex.split(one.split("`")[1])
+    assert tunnel == ["ssh", "-N", "-L", "8888:127.0.0.1:8888", "-i", "/keys/id ed25519", "-p", "40022", "-o",
+                      "UserKnownHostsFile=/kh", "-o", "StrictHostKeyChecking=yes", "admin@127.0.0.1"]
+    assert one.endswith("sudo -u ml cat /var/lib/provision/jupyter/token")  # as the account, never root
+    # No SSH to tunnel through: say where the server answers, never a token.
+    assert lines[1].startswith("lab-2: jupyter: http://127.0.0.1:8888/lab on the host itself")

@@ -1,0 +1,135 @@
+"""The installed framework's GPU code against the GPU, read from the fat binaries of real NVIDIA wheels (no GPU).
+
+Fast: a small real wheel (nvidia-cufile-cu12 1.11.1.6, 1.1 MB: libcufile.so.0 carries cubins sm_60-sm_86 and PTX
+compute_80) and hand-made fat binaries. `heavy`: PyPI's torch 2.7.1 (CUDA 12.6) and 2.8.0 (CUDA 12.8) wheels,
+cached under PROVISION_CACHE (~/.cache/provision/fwcheck).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from provision.verify import fatbin
+from provision.verify.checks import framework_kernels, framework_version_matches
+from provision.verify.report import FAIL, PASS
+
+CACHE = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision")) / "fwcheck"
+
+
+def _wheel(requirement: str) -> Path:
+    name, version = requirement.split("==")
+    stem = name.replace("-", "_")
+    for folder in (CACHE, CACHE.parent / "wheels"):
+        found = sorted(folder.glob(f"{stem}-{version}-*.whl"))
+        if found:
+            return found[0]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                           "--python-version", "3.13", "--platform", "manylinux_2_28_x86_64", "--dest", str(CACHE),
+                           "--disable-pip-version-check", "--quiet", requirement], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot download {requirement} (offline?): {proc.stderr.strip().splitlines()[-1:]}")
+    return sorted(CACHE.glob(f"{stem}-{version}-*.whl"))[0]
+
+
+def _library(requirement: str, member: str) -> Path:
+    wheel = _wheel(requirement)
+    dest = CACHE / "x" / wheel.stem / member
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest.with_suffix(".part"), "wb") as out:
+            while chunk := src.read(1 << 22):
+                out.write(chunk)
+        dest.with_suffix(".part").replace(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def cufile() -> fatbin.Images:
+    return fatbin.read_images(_library("nvidia-cufile-cu12==1.11.1.6", "nvidia/cufile/lib/libcufile.so.0"))
+
+
+def test_a_real_nvidia_library_lists_its_cubins_and_ptx(cufile):
+    assert cufile.cubin == {60, 61, 62, 70, 72, 75, 80, 86}
+    assert cufile.ptx == {80}
+
+
+@pytest.mark.parametrize(
+    ("cc", "driver_cuda", "status", "how"),
+    [
+        ("6.1", "12.6", PASS, "cubin sm_61"),
+        ("8.9", "12.6", PASS, "cubin sm_86"),  # same major, older minor: binary compatible
+        ("9.0", "12.6", PASS, "PTX compute_80 (JIT)"),  # newer major: only the PTX, JIT-compiled
+        ("9.0", "12.4", FAIL, "cannot be JIT-compiled"),  # a driver older than the build's CUDA cannot JIT its PTX
+        ("5.2", "12.6", FAIL, "nothing runs on sm_52"),  # older than every image
+    ],
+)
+def test_framework_kernels_decide_on_cubin_compatibility_and_ptx_jit(cufile, cc, driver_cuda, status, how):
+    got, detail = framework_kernels(cufile, cc, "12.6", driver_cuda)
+    assert (got, how in detail) == (status, True), detail
+
+
+def _container(entries: list[tuple[int, int]]) -> bytes:
+    body = b""
+    for kind, arch in entries:
+        payload = b"\0" * 8
+        body += struct.pack("<HHIQIIHHI", kind, 0x101, 64, len(payload), 0, 0, 0, 0, arch) + b"\0" * 32 + payload
+    return struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def test_containers_with_padding_between_them():
+    data = _container([(2, 50), (1, 50)]) + b"\0" * 8 + _container([(2, 90)])
+    images = fatbin.parse_fatbin(data)
+    assert (images.cubin, images.ptx, images.containers) == ({50, 90}, {50}, 2)
+
+
+def test_a_broken_fat_binary_is_an_error_not_an_empty_answer():
+    with pytest.raises(fatbin.FatbinError, match="no fat binary header"):
+        fatbin.parse_fatbin(b"\x01\x02\x03\x04" + b"\0" * 12)
+    with pytest.raises(fatbin.FatbinError, match="runs past"):
+        fatbin.parse_fatbin(_container([(2, 61)])[:-8])
+
+
+def test_a_file_without_gpu_code_has_no_images(tmp_path):
+    assert fatbin.read_images(Path(sys.executable).resolve()).empty  # an ELF file without a .nv_fatbin section
+    (tmp_path / "x.so").write_bytes(b"not an elf")
+    with pytest.raises(fatbin.FatbinError, match="not an ELF"):
+        fatbin.read_images(tmp_path / "x.so")
+
+
+@pytest.mark.parametrize(
+    ("found", "planned", "variant", "ok"),
+    [
+        ("2.0.1", "2.0.1", "", True),
+        ("2.0.1+cu117", "2.0.1", "cu117", True),
+        ("2.0.10", "2.0.1", "", False),  # not a prefix match
+        ("2.0.1", "2.0", "", False),
+        ("2.0.0", "2.0", "", True),  # PEP 440: trailing zeros
+        ("2.7.1+cu118", "2.7.1", "cu126", False),  # another CUDA build of the release
+        ("2.15.0.dev20261101", "2.15.0", "", False),
+    ],
+)
+def test_framework_versions_match_exactly(found, planned, variant, ok):
+    assert (framework_version_matches(found, planned, variant) is None) is ok
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(
+    ("requirement", "cc", "status"),
+    [
+        ("torch==2.7.1", "6.1", PASS),  # PyPI's CUDA 12.6 build: sm_50-sm_90, cubin sm_60 runs on sm_61
+        ("torch==2.8.0", "6.1", FAIL),  # PyPI's CUDA 12.8 build starts at sm_70
+        ("torch==2.8.0", "8.6", PASS),
+    ],
+)
+def test_pypi_torch_wheels_against_the_gpu(requirement, cc, status):
+    images = fatbin.read_images(_library(requirement, "torch/lib/libtorch_cuda.so"))
+    got, detail = framework_kernels(images, cc, None, None)
+    assert got == status, detail
