@@ -141,6 +141,27 @@ _UNREACHABLE_CAUSES = (
 )
 
 
+# A host that disappears mid-task (powered off, its network gone, `docker kill`) is unreachable, but Mitogen reports
+# some of those losses as a failed task, depending on the moment: while it connects, or in its own service thread
+# after the stream died (measured 2026-11-23, `docker kill` of a stock host at 3, 5, 6 and 8 s into a play: two of
+# four came back "failed"). These are its messages for a lost connection, never a module's.
+_CONNECTION_LOST = (
+    "Channel was disconnected while connection attempt was in progress",
+    "Mitogen was disconnected from the remote environment",
+    "the respondent Context has disconnected",
+    "EOF on stream",
+)
+_MITOGEN_STREAM_GONE = "object has no attribute 'protocol'"  # mitogen/service.py, on a stream that has died
+
+
+def connection_lost(res: dict[str, Any]) -> bool:
+    """Whether a failed task's result says the connection to its host was lost rather than the task failing."""
+    msg = str(res.get("msg") or "")
+    if any(needle in msg for needle in _CONNECTION_LOST):
+        return True
+    return _MITOGEN_STREAM_GONE in msg and "mitogen/" in msg
+
+
 def _is_become_failure(res: dict[str, Any]) -> bool:
     text = str(res.get("msg") or "") + str(res.get("module_stderr") or "")
     return "sudo password" in text or "privilege escalation" in text.lower()
@@ -179,6 +200,9 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
     if state == "ok" and res.get("changed"):
         state = "changed"
     msg = ""
+    if state == "failed" and connection_lost(res):
+        return data.get("host", "?"), data.get("task", "?"), "unreachable", (
+            "the connection to the host was lost during this step (" + _one_line(res.get("msg"))[:120] + ")")
     if state == "failed":
         if data.get("ignore_errors"):
             state = "ignored"
@@ -274,6 +298,7 @@ def run_playbook(
 
     failures: list[str] = []
     host_failures: dict[str, tuple[str, str]] = {}
+    lost: set[str] = set()  # hosts whose "failed" task was a lost connection (connection_lost)
 
     final: dict[str, Any] = {}
     task_seconds: dict[str, float] = {}
@@ -296,6 +321,8 @@ def run_playbook(
             if state in ("failed", "unreachable"):
                 failures.append(f"{host}: {task}: {msg}")
                 host_failures.setdefault(host, (task, msg))
+                if state == "unreachable" and event.get("event") == "runner_on_failed":
+                    lost.add(host)
             if on_task:
                 on_task(host, task, state, msg)
         return False  # do not keep the event files: they hold every task's full result
@@ -390,6 +417,9 @@ def run_playbook(
                       ("skipped", "skipped")):
         for host, count in (stats.get(key) or {}).items():
             setattr(hosts.setdefault(host, HostStats()), attr, count)
+    for host in lost:  # Ansible counted the lost connection as a failure
+        h = hosts.setdefault(host, HostStats())
+        h.failed, h.unreachable = max(0, h.failed - 1), h.unreachable + 1
     return RunResult(status=runner.status, rc=runner.rc, seconds=time.monotonic() - started, hosts=hosts,
                      failures=failures, host_failures=host_failures, task_seconds=task_seconds,
                      unpredicted=unpredicted)

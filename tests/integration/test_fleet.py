@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 K80, GTX = "pv-fleet-k80", "pv-fleet-1070"
 TAGS = ["--tags", "python_env,cuda", "--skip-frameworks"]
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# `long`: two hosts on two Debian releases and four applies, 10-15 minutes on 2 cores.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -32,10 +32,11 @@ def _wheel(requirement: str) -> Path:
             return found[0]
     CACHE.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                           "--python-version", "3.13", "--platform", "manylinux_2_28_x86_64", "--dest", str(CACHE),
+                           "--python-version", "3.13", "--platform", "manylinux_2_28_x86_64",
+                           "--platform", "manylinux2014_x86_64", "--dest", str(CACHE),
                            "--disable-pip-version-check", "--quiet", requirement], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot download {requirement} (offline?): {proc.stderr.strip().splitlines()[-1:]}")
+    # PyPI is reachable wherever the tests run (README): a download that fails is a failure, not a reason to skip.
+    assert proc.returncode == 0, f"cannot download {requirement}: {proc.stderr.strip().splitlines()[-1:]}"
     return sorted(CACHE.glob(f"{stem}-{version}-*.whl"))[0]
 
 

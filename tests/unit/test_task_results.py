@@ -1,0 +1,46 @@
+"""How one task-result event becomes a line and a host's result (provision.runners.ansible.task_line).
+
+The Mitogen messages are the ones a `docker kill` of a stock host mid-play produced on 2026-11-23 (ansible-mitogen
+0.3, ansible-core 2.x): Mitogen reports some lost connections as failed tasks, and a lost host must count as
+unreachable (exit 3, retried by `apply --failed`), not as a role's failure.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from provision.runners.ansible import connection_lost, task_line
+
+
+def event(kind: str, msg: str, **res) -> dict:
+    return {"event": kind, "event_data": {"host": "gpu1", "task": "venv | Create the account", "res": {"msg": msg, **res}}}
+
+
+LOST = [
+    "Task failed: Channel was disconnected while connection attempt was in progress; this may be caused by an "
+    "abnormal Ansible exit, or due to an unreliable target.",
+    "Task failed: Mitogen was disconnected from the remote environment while a call was in-progress. If you feel "
+    "this is in error, please file a bug. Original error was: the respondent Context has disconnected",
+    "Task failed: builtins.AttributeError: 'NoneType' object has no attribute 'protocol'\n  File \"/venv/lib/"
+    "python3.11/site-packages/mitogen/service.py\", line 619, in _on_service_call",
+    "Task failed: EOF on stream; last 100 lines received:\nkex_exchange_identification: read: Connection reset by peer",
+]
+
+
+@pytest.mark.parametrize("msg", LOST)
+def test_a_connection_lost_mid_task_is_unreachable_not_failed(msg: str) -> None:
+    host, task, state, line = task_line(event("runner_on_failed", msg))
+    assert (host, task, state) == ("gpu1", "venv | Create the account", "unreachable")
+    assert line.startswith("the connection to the host was lost during this step")
+
+
+@pytest.mark.parametrize("msg", [
+    "Failed to create user u1: useradd: group 'ml' does not exist",
+    # A module's own AttributeError is its failure, not a lost host.
+    "Task failed: builtins.AttributeError: 'NoneType' object has no attribute 'protocol'\n  File \"/tmp/ansible_mod"
+    "/mymodule.py\", line 3",
+    "non-zero return code",
+])
+def test_a_task_that_failed_on_a_reachable_host_stays_failed(msg: str) -> None:
+    assert not connection_lost({"msg": msg})
+    assert task_line(event("runner_on_failed", msg, rc=1))[2] == "failed"
