@@ -141,7 +141,10 @@ def run_check(plan: Plan, hosts: Hosts, host: str, *, hostvars: dict[str, Any] |
         # an inventory plugin's file name still count.
         files = render_ansible(plan, tmp, inventory=hosts.inventory if isinstance(hosts.inventory, dict) else None,
                                skip_frameworks=skip_frameworks)
-        inventory = files.get("inventory") or Path(hosts.inventory).resolve()
+        inventory = files.get("inventory")
+        if inventory is None:
+            assert not isinstance(hosts.inventory, dict)  # render_ansible wrote a dict out as files["inventory"]
+            inventory = Path(hosts.inventory).resolve()
         if hostvars is None:
             hostvars = inventory_hostvars(hosts.inventory, vault_password_file=vault_password_file).get(host, {})
         target = check_target(host, hostvars, become_password=bool(become_password))

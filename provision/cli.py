@@ -219,6 +219,9 @@ def gpus(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(rows)
         return
+    from typing import cast
+
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     # Fits 80 columns (a pipe or a log gets 80): short headers, no outer padding; names and figures are never folded
@@ -226,7 +229,7 @@ def gpus(as_json: JsonOpt = False) -> None:
     table = Table(box=None, pad_edge=False)
     for header, justify in (("GPU", "left"), ("arch", "left"), ("cc", "left"), ("GB", "right"), ("GB/s", "right"),
                             ("TFLOPS", "right")):
-        table.add_column(header, justify=justify, no_wrap=True)
+        table.add_column(header, justify=cast(JustifyMethod, justify), no_wrap=True)
     table.add_column("drivers")
     for r in rows:
         span = r["driver"]
@@ -252,6 +255,7 @@ def compare(
     for path in profiles:
         prof = load_profile(path, db=db)
         lines.append(cost_line(prof, resolve(prof, db, profile_path=str(path)), db))
+    assert db.policy is not None  # load_db always reads data/policy.yaml
     pairs = compare_pairs(lines, db.policy.compare_within, db.policy.break_even_horizon_h)
     if as_json:
         print_json({"machines": [vars(x) for x in lines], "break_even": pairs})
@@ -704,6 +708,8 @@ def sandbox_up(
     connection: Annotated[str, typer.Option("--connection", help="How the inventory reaches them: ssh (as a user's "
                                             "machine: the admin account with sudo) or docker (docker exec as root).")]
     = "ssh",
+    vm: Annotated[bool, typer.Option("--vm", help="Virtual machines (QEMU, a kernel of their own: the driver's "
+                                     "kernel side runs for real) instead of containers; slow, for tests.")] = False,
 ) -> None:
     """Start stock Debian hosts in containers (sshd, an admin account with sudo and a key, Debian's default sources)
     and write an inventory for them."""
@@ -719,6 +725,9 @@ def sandbox_up(
     for name in names:
         if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise UsageError(f"sandbox name '{name}': use letters, digits, '-', '_' and '.' only")
+    if vm:
+        _vm_up(names, release, os_name, output, profile, connection)
+        return
     with _Activity(err, f"starting {len(names)} sandbox(es)") as activity:
         started = sandbox.start_fleet(names, release, log=activity.log, progress=activity.update)
     hostvars = {n: {"provision_os": os_name, **({"provision_profile": profile} if profile else {})} for n in names}
@@ -730,13 +739,37 @@ def sandbox_up(
                   f"{sandbox.ADMIN}@127.0.0.1", markup=False)
 
 
+def _vm_up(names: list[str], release: str, os_name: str, output: Path | None, profile: str | None,
+           connection: str) -> None:
+    from provision import sandbox, vm
+    from provision.errors import UsageError
+    from provision.render.ansible import write_yaml
+
+    if connection != "ssh":
+        raise UsageError("--vm hosts are reached over SSH only (no --connection docker)")
+    started = []
+    for name in names:
+        with _Activity(err, f"starting VM {name}") as activity:
+            started.append(vm.start(name, release, log=activity.log, progress=activity.update))
+    if output:
+        hosts = {n: {**vm.host_connection(n), "provision_os": os_name, **({"provision_profile": profile} if profile else {})}
+                 for n in names}
+        write_yaml({"all": {"hosts": hosts}}, output)
+        out.print(f"wrote {output}: provision apply {'' if profile else 'PROFILE '}-i {output}", markup=False)
+    for box in started:
+        out.print(f"{box.name}: running ({os_name}, QEMU), ssh -i {sandbox.ssh_key()} -p {box.port} "
+                  f"{sandbox.ADMIN}@127.0.0.1", markup=False)
+
+
 @sandbox_app.command("down")
 @handle_errors
 def sandbox_down(names: Annotated[list[str], typer.Argument(help="Container names.", show_default=False)]) -> None:
-    """Remove sandbox containers (the shared package caches stay)."""
+    """Remove sandbox containers and VMs (the shared package caches and the VMs' base disk stay)."""
+    from provision import vm
     from provision.sandbox import remove
 
     for name in names:
+        vm.remove(name)
         remove(name)
         out.print(f"{name}: removed", markup=False)
 
@@ -898,7 +931,7 @@ def main() -> None:
     try:
         from typer._click import exceptions as cx  # typer >= 0.26 carries its own click
     except ImportError:
-        from click import exceptions as cx
+        from click import exceptions as cx  # type: ignore[no-redef]  # typer < 0.26 has no bundled click
     try:
         code = app(standalone_mode=False, prog_name="provision")
     except cx.NoArgsIsHelpError as exc:  # `provision` or a group alone: its help (typer's rich help prints itself)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -370,7 +370,7 @@ def _read(path: Path) -> dict:
         return yaml.load(fh, Loader=loader) or {}
 
 
-def _cache_file(root: Path) -> Path | None:
+def _cache_file(root: Path) -> Path:
     """Where the validated database is kept between processes, keyed by provision's version and the data files."""
     import hashlib
 
@@ -425,6 +425,9 @@ def _read_db(root: Path) -> CompatDB:
         cloud = _read(root / "cloud.yaml")
         images = _read(root / "images.yaml")
         policy = _read(root / "policy.yaml")
+        # Raw rows, like every table above: CompatDB validates them into Instance.
+        instances: Any = [{**row, "provider": provider} for provider in ("aws", "gcp", "azure")
+                          for row in cloud[provider]]
         return CompatDB(
             gpus=gpus["rows"],
             toolkits=cuda["toolkits"],
@@ -446,7 +449,7 @@ def _read_db(root: Path) -> CompatDB:
             jetpack=plat["jetpack"],
             jetson_torch=plat["jetson_pytorch"],
             colab=plat["colab"],
-            instances=[{**row, "provider": provider} for provider in ("aws", "gcp", "azure") for row in cloud[provider]],
+            instances=instances,
             images=images["rows"],
             image_registry=images["registry"],
             image_tag=images["tag"],

@@ -247,19 +247,12 @@ def shipped_profiles(directory: Path | None = None) -> list[tuple[Path, Any]]:
 
 
 def _load_profile(path: Path) -> Any:
-    try:
-        from provision.loader import load_profile
-    except ImportError:
-        load_profile = None
-    try:
-        if load_profile is not None:
-            return load_profile(path)
-        from ruamel.yaml import YAML
+    from provision.errors import ProvisionError
+    from provision.loader import load_profile
 
-        from provision.models import Profile
-
-        return Profile.model_validate(YAML(typ="safe", pure=True).load(path.read_text()))
-    except Exception:  # a profile that does not load is reported by `provision plan`, not by doctor
+    try:
+        return load_profile(path)
+    except ProvisionError:  # a profile that does not load is reported by `provision plan`, not by doctor
         return None
 
 

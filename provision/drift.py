@@ -66,7 +66,7 @@ def pinned_wheels(plan: Plan, *, frameworks: bool = True) -> dict[str, str]:
 def host_differences(now: Plan, record: dict[str, Any]) -> list[str]:
     """Versions the host reported at its last apply that the Plan now would not accept."""
     installed = record.get("installed") or {}
-    wheels = {canonicalize_name(k): v for k, v in (installed.get("wheels") or {}).items()}
+    wheels: dict[str, Any] = {canonicalize_name(k): v for k, v in (installed.get("wheels") or {}).items()}
     lines = []
     for name, version in sorted(pinned_wheels(now, frameworks=not record.get("frameworks_skipped")).items()):
         have = wheels.get(name)

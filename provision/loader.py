@@ -11,8 +11,9 @@ import difflib
 import errno
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -254,7 +255,7 @@ def _pos_for(doc: _Doc, loc: tuple[Any, ...]) -> Pos | None:
 _VERSION_PATTERNS = {r"^[0-9]+(\.[0-9]+){0,3}$": "'12.6'", r"^[0-9]{3}$": "'580'"}
 
 
-def _as_written(err: dict[str, Any], doc: _Doc | None) -> str:
+def _as_written(err: Mapping[str, Any], doc: _Doc | None) -> str:
     """The bad value as the user wrote it (`no`, `12.10`), not as YAML converted it (False, 12.1)."""
     written = doc.source(tuple(err["loc"])) if doc is not None else None
     if written is not None:
@@ -277,7 +278,7 @@ def _version_hint(text: str, example: str) -> str:
             "picks the newest that fits")
 
 
-def _message(err: dict[str, Any], doc: _Doc | None = None) -> tuple[str, str | None]:
+def _message(err: Mapping[str, Any], doc: _Doc | None = None) -> tuple[str, str | None]:
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key", "remove it, or run `provision schema` for the keys a profile may have"
@@ -333,7 +334,7 @@ def parse_index_overrides(values: list[str] | tuple[str, ...] | None) -> dict[st
 
     from provision.models import IndexURL
 
-    pattern = next(m.pattern for m in IndexURL.__metadata__ if getattr(m, "pattern", None))
+    pattern = next(m.pattern for m in get_args(IndexURL)[1:] if getattr(m, "pattern", None))  # Annotated's metadata
     out: dict[str, str | bool] = {}
     problems = []
     for value in values or ():
@@ -360,7 +361,8 @@ def _apply_index_overrides(data: Any, indexes: dict[str, str | bool] | None) -> 
         return
     software = data.setdefault("software", {})
     if isinstance(software, dict):
-        merged = software.get("indexes") if isinstance(software.get("indexes"), dict) else {}
+        given = software.get("indexes")
+        merged = given if isinstance(given, dict) else {}
         software["indexes"] = {**merged, **indexes}
 
 
@@ -535,8 +537,8 @@ def load_plan(path: str | Path) -> Plan:
             message, hint = _message({**err, "loc": (*prefix, *err["loc"])}, doc)
             add(tuple(err["loc"]), message, PLAN_HINT if hint is None or err["type"] == "extra_forbidden" else hint)
         raise ProfileError(problems) from None
-    for path, what in plan_rules.problems(plan.model_dump()):
-        add(path, what, PLAN_HINT)
+    for loc, what in plan_rules.problems(plan.model_dump()):
+        add(loc, what, PLAN_HINT)
     if problems:
         raise ProfileError(problems)
     return plan

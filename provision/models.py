@@ -34,6 +34,7 @@ Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}$")]
 UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
 IndexName = Literal["pypi", "pytorch"]
+FrameworkName = Literal["pytorch", "tensorflow"]
 # An index URL reaches pip's command line and pip.conf: http(s), no spaces, quotes or shell characters; {variant}
 # is the only brace.
 IndexURL = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9._~:/?@%+=&-]+(\{variant\}[A-Za-z0-9._~:/%-]*)?$",
@@ -117,7 +118,7 @@ class Target(_Strict):
 
 
 class FrameworkRequest(_Strict):
-    name: Literal["pytorch", "tensorflow"]
+    name: FrameworkName
     version: Version | None = Field(None, description="Pin a release ('2.0', '2.0.1'); unset = newest that fits.")
 
 

@@ -167,7 +167,10 @@ RULES: dict[tuple[str, ...], Rule] = {
     ("image", "apt_packages", "*"): _apt,
 }
 # Fields whose rule depends on a sibling: the part's packages are pip requirements when its source is pypi.
-SIBLING_RULES = {("cuda", "packages", "*"): _apt_or_pip("source"), ("cudnn", "packages", "*"): _apt_or_pip("source")}
+SIBLING_RULES: dict[tuple[str, ...], Callable[[str, dict[str, Any]], str | None]] = {
+    ("cuda", "packages", "*"): _apt_or_pip("source"),
+    ("cudnn", "packages", "*"): _apt_or_pip("source"),
+}
 PATH_FIELDS = {("profile_path",)}  # a file name: one line, but `{{` in it is only text in the comments it reaches
 
 

@@ -106,7 +106,7 @@ def find(*, tokens: Iterable[str] = (), groups: Iterable[int] = (), markers: Ite
     """Live processes of this user (never this one) that carry one of `tokens` in their tag, belong to one of the
     process groups or sessions `groups`, or name one of `markers` (paths) in their command line. Linux (/proc);
     elsewhere only the process groups are found (`ps`)."""
-    tokens, groups, markers = set(tokens), set(groups), [m.encode() for m in markers]
+    tokens, groups, needles = set(tokens), set(groups), [m.encode() for m in markers]
     me = os.getpid()
     if not os.path.isdir("/proc/self"):
         return _find_ps(groups) - {me}
@@ -134,9 +134,9 @@ def find(*, tokens: Iterable[str] = (), groups: Iterable[int] = (), markers: Ite
             if tag is not None and tokens & set(tag.decode(errors="replace").split()):
                 found.add(pid)
                 continue
-        if markers:
+        if needles:
             cmdline = (_read(f"/proc/{pid}/cmdline") or b"").replace(b"\0", b" ")
-            if any(m in cmdline for m in markers):
+            if any(m in cmdline for m in needles):
                 found.add(pid)
     return found
 
@@ -252,7 +252,7 @@ def guard() -> Iterator[str]:
     token = new_token()
     old_tag = os.environ.get(TAG_VAR)
     os.environ[TAG_VAR] = tagged_env(token)[TAG_VAR]
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
 
     def handler(signum: int, _frame: Any) -> None:
         request_cancel(signum)

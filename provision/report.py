@@ -40,7 +40,13 @@ def plan_text(plan: Plan, *, explain: bool = False) -> list[str]:
     )
     lines.append(f"  python     {p.version} ({p.source}), environment {p.venv}")
     for f in plan.frameworks:
-        where = f" --index-url {f.index_url}" if f.index_url else ""
+        # Every wheel names where it comes from: a framework index, the plan's PyPI mirror, or PyPI itself.
+        if f.index_url:
+            where = f" --index-url {f.index_url}"
+        elif f.requirements:
+            where = f" --index-url {plan.pip_index_url}" if plan.pip_index_url else " (PyPI)"
+        else:
+            where = ""
         lines.append(
             f"  framework  {' '.join(f.requirements) or f.package + ' ' + f.version + ' (preinstalled)'}{where}"
         )

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Literal, cast
 
-from provision.compat import GPU, Branch, CompatDB, OSRow, TFRow, TorchRow
+from provision.compat import GPU, Branch, CompatDB, DriverPkg, OSRow, PypiCuda, TFRow, TorchRow
 from provision.errors import IncompatibleError
 from provision.models import (
     CPUPlan,
     CudaPlan,
     CudnnPlan,
     DriverPlan,
+    FrameworkName,
     FrameworkPlan,
     FrameworkRequest,
     GPUPlan,
     ImagePlan,
+    IndexName,
     IndexPlan,
     JupyterPlan,
     Plan,
@@ -39,6 +42,8 @@ from provision.models import (
     VerifyPlan,
 )
 from provision.versions import V, cc_tuple, major, sm_int
+
+Interconnect = Literal["pcie", "nvlink", "nvswitch"]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Small predicates (each one link of the chain)
@@ -116,7 +121,7 @@ class _Ctx:
     system: OSRow | None
     python: str
     count: int = 1
-    interconnect: str = "pcie"
+    interconnect: Interconnect = "pcie"
     indexes: dict[str, str | None] = field(default_factory=dict)  # name -> URL, None = unreachable (off)
     fw_pins: tuple[str, ...] = ()  # NVIDIA wheels the planned framework pins exactly (its Requires-Dist)
     reasons: list[Reason] = field(default_factory=list)
@@ -138,7 +143,7 @@ class _Ctx:
 class _Fw:
     """One framework build candidate (PyTorch or TensorFlow row), normalised."""
 
-    name: str
+    name: FrameworkName
     package: str
     version: str
     variant: str | None
@@ -192,7 +197,7 @@ def _variant_url(base: str | None, variant: str) -> str | None:
 def _plan_indexes(profile: Profile, db: CompatDB) -> tuple[dict[str, str | None], tuple[IndexPlan, ...]]:
     """The package indexes this machine reaches: the database's URLs, replaced by the profile's software.indexes
     (where `--index NAME=URL|off` lands too). False means unreachable."""
-    defaults = {"pypi": db.pypi_index_url, "pytorch": db.torch_index_url}
+    defaults: dict[IndexName, str] = {"pypi": db.pypi_index_url, "pytorch": db.torch_index_url}
     urls: dict[str, str | None] = {}
     plans = []
     for name, default in defaults.items():
@@ -277,7 +282,7 @@ def _fw_problem(ctx: _Ctx, fw: _Fw, req: FrameworkRequest) -> str | None:
     return None
 
 
-def _driver_candidates(ctx: _Ctx) -> list[tuple[Branch, object]]:
+def _driver_candidates(ctx: _Ctx) -> list[tuple[Branch, DriverPkg]]:
     """(branch row, package row) pairs the OS offers for this GPU, newest first."""
     db, gpu = ctx.db, ctx.gpu
     out = []
@@ -326,7 +331,7 @@ def _cudnn_options(ctx: _Ctx, cuda: str) -> list[str]:
 @dataclass(frozen=True)
 class _Stack:
     branch: Branch
-    driver_pkg: object
+    driver_pkg: DriverPkg
     cuda: str
     compat: str  # native | mvc
     fws: tuple[_Fw, ...]
@@ -412,10 +417,10 @@ def _refuse_framework(ctx: _Ctx, req: FrameworkRequest, cands: list[_Fw]) -> Inc
             f"nothing says which architectures its builds carry"
         )
     else:
-        problems = sorted(
+        ranked = sorted(
             ((fw, _fw_problem(ctx, fw, unpinned)) for fw in (pinned or cands)), key=lambda p: V(p[0].version), reverse=True
         )
-        problems = [(fw, p) for fw, p in problems if p]
+        problems = [(fw, p) for fw, p in ranked if p]
         no_kernels = [fw for fw, p in problems if "none that runs on" in p]
         if req.name == "pytorch" and problems and len(no_kernels) == len(problems):
             # Every build of the pinned release lacks kernels for this GPU: that is the conflict, name both sides.
@@ -486,7 +491,7 @@ def _resolve_installable(ctx: _Ctx) -> tuple[DriverPlan, CudaPlan, CudnnPlan, tu
             cudnn_opts = [c for c in cudnn_opts if _pin_matches(sw.cudnn, c)]
             if sw.cudnn and not cudnn_opts:
                 continue
-            for cudnn in cudnn_opts or [None]:
+            for cudnn in cudnn_opts or (None,):
                 stacks.append(_Stack(branch, pkg, cuda, compat, tuple(fws), cudnn))
 
     if not stacks:
@@ -623,14 +628,14 @@ def _refuse_stack(ctx: _Ctx, drivers, cudas, fw_cands) -> IncompatibleError:
     )
 
 
-def _pypi_cuda(ctx: _Ctx, cuda: str):
+def _pypi_cuda(ctx: _Ctx, cuda: str) -> PypiCuda | None:
     return next((p for p in ctx.db.pypi_cuda if p.cuda == cuda), None)
 
 
 def _cuda_plan(ctx: _Ctx, cuda: str, offered: dict[str, list[str]]) -> CudaPlan:
     db, sw, system = ctx.db, ctx.profile.software, ctx.system
     assert system is not None and db.policy is not None
-    kind = "toolkit" if sw.devel else "runtime"
+    kind: Literal["toolkit", "runtime"] = "toolkit" if sw.devel else "runtime"
     home_tpl = db.policy.cuda_home
     for source in offered[cuda]:
         if source == "debian":
@@ -673,21 +678,21 @@ def _cuda_plan(ctx: _Ctx, cuda: str, offered: dict[str, list[str]]) -> CudaPlan:
                 home=home_tpl["nvidia-repo"].format(version=cuda),
             )
         if source == "pypi":
-            row = _pypi_cuda(ctx, cuda)
-            if row is None:
+            wheels = _pypi_cuda(ctx, cuda)
+            if wheels is None:
                 continue
-            pkgs = (row.runtime, row.nvrtc) + ((row.nvcc,) if kind == "toolkit" else ())
+            pkgs = (wheels.runtime, wheels.nvrtc) + ((wheels.nvcc,) if kind == "toolkit" else ())
             venv = db.policy.venv
             ctx.reason(
                 "cuda",
                 f"CUDA {cuda} ({kind}) from PyPI: {', '.join(pkgs)}",
                 f"{ctx.os_id} does not package CUDA {cuda}; NVIDIA's wheels carry the exact runtime and NVRTC "
                 f"into the environment",
-                row.source,
+                wheels.source,
             )
             return CudaPlan(
                 version=cuda,
-                full_version=row.runtime.split("==")[1],
+                full_version=wheels.runtime.split("==")[1],
                 source="pypi",
                 kind=kind,
                 install=True,
@@ -761,10 +766,14 @@ def _plan_installable(ctx: _Ctx, best: _Stack, fw_cands, drivers, cudas, offered
         why,
         pkg.source_url,
     )
+    tk = db.toolkit(best.cuda)
+    floor = db.mvc_floor(major(best.cuda))
+    assert tk is not None  # every planned CUDA passed toolkit_builds, which needs its toolkit row
     if best.compat == "native":
-        min_driver = db.toolkit(best.cuda).min_driver
+        min_driver = tk.min_driver
     else:
-        min_driver = db.mvc_floor(major(best.cuda)).min_driver
+        assert floor is not None  # driver_runs says "mvc" only where the major has a floor
+        min_driver = floor.min_driver
     fm = db.fabric_manager(ctx.os_id, branch.branch) if ctx.nvswitch else None
     if fm is not None:
         ctx.reason(
@@ -803,7 +812,6 @@ def _plan_installable(ctx: _Ctx, best: _Stack, fw_cands, drivers, cudas, offered
         fw_plans.append(_framework_plan(ctx, fw, fw_cands[i], primary=(i == 0)))
 
     # CUDA
-    tk = db.toolkit(best.cuda)
     can = [t.version for t in db.toolkits if toolkit_builds(db, t.version, gpu)]
     if best.fws:
         why = f"the CUDA of the {best.fws[0].name} {best.fws[0].version}+{best.fws[0].variant} wheels, so extensions build against the CUDA they run"
@@ -813,7 +821,7 @@ def _plan_installable(ctx: _Ctx, best: _Stack, fw_cands, drivers, cudas, offered
         )
     why += f"; toolkit {best.cuda} builds {gpu.sm} (toolkits for {gpu.sm}: {can[0]}-{can[-1]})"
     if best.compat == "mvc":
-        floor = db.mvc_floor(major(best.cuda))
+        assert floor is not None  # as above
         why += (
             f"; R{branch.branch} reports CUDA {branch.cuda} and runs {best.cuda} through minor-version "
             f"compatibility (driver >= {floor.min_driver})"
@@ -859,8 +867,8 @@ def _framework_plan(ctx: _Ctx, fw: _Fw, ok: list[_Fw], *, primary: bool) -> Fram
     pool = _torch_candidates(ctx) if fw.name == "pytorch" else _tf_candidates(ctx)
     newer = [c for c in pool if V(c.version) > V(fw.version) or (c.version == fw.version and c.variant != fw.variant)]
     req = FrameworkRequest(name=fw.name)
-    problems = [(c, _fw_problem(ctx, c, req)) for c in sorted(newer, key=lambda c: V(c.version), reverse=True)]
-    problems = [(c, p) for c, p in problems if p]
+    ranked = [(c, _fw_problem(ctx, c, req)) for c in sorted(newer, key=lambda c: V(c.version), reverse=True)]
+    problems = [(c, p) for c, p in ranked if p]
     # The near misses (builds that have kernels for this GPU but fail another link) teach the most; then the newest.
     near = [p for c, p in problems if "none that runs on" not in p]
     rejected = list(dict.fromkeys(near[:1] + [p for _, p in problems[:1]]))
@@ -894,15 +902,15 @@ def _resolve_colab(ctx: _Ctx):
         raise IncompatibleError(
             f"Colab runtime {rt.runtime} offers {', '.join(rt.gpus)}, not {gpu.model}", where=ctx.where
         )
-    for pin, have, what in (
+    for pin, shipped, what in (
         (sw.driver_branch, rt.branch, "driver branch"),
         (sw.cuda, rt.cuda, "CUDA"),
         (sw.cudnn, rt.cudnn, "cuDNN"),
         (sw.python, rt.python, "Python"),
     ):
-        if pin and not _pin_matches(pin, have):
+        if pin and not _pin_matches(pin, shipped):
             raise IncompatibleError(
-                f"Colab's runtime {rt.runtime} comes with {what} {have}; the profile pins {pin}",
+                f"Colab's runtime {rt.runtime} comes with {what} {shipped}; the profile pins {pin}",
                 alternatives=[f"drop the {what} pin: Colab's stack is verified, not replaced"],
                 where=ctx.where,
             )
@@ -914,6 +922,7 @@ def _resolve_colab(ctx: _Ctx):
     )
     ctx.reason("cuda", f"CUDA {rt.cuda}, Colab's", "preinstalled on the runtime; verified against this plan", rt.source)
     branch = db.branch(rt.branch)
+    tk = db.toolkit(rt.cuda)
     driver = DriverPlan(
         install=False,
         branch=rt.branch,
@@ -922,9 +931,10 @@ def _resolve_colab(ctx: _Ctx):
         userspace_packages=(),
         version=rt.driver,
         max_cuda=branch.cuda if branch else None,
-        min_version=db.toolkit(rt.cuda).min_driver if db.toolkit(rt.cuda) else None,
+        min_version=tk.min_driver if tk else None,
         kernel_module="platform",
     )
+    assert db.policy is not None  # load_db always reads data/policy.yaml
     cuda = CudaPlan(
         version=rt.cuda,
         full_version=None,
@@ -1021,6 +1031,7 @@ def _resolve_jetson(ctx: _Ctx, jp):
         min_version=None,
         kernel_module="platform",
     )
+    assert db.policy is not None  # load_db always reads data/policy.yaml
     cuda = CudaPlan(
         version=jp.cuda,
         full_version=None,
@@ -1109,7 +1120,7 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
     return _resolve_mixed(profile, db, list(zip(specs, gpus, strict=True)), profile_path)
 
 
-def _count_and_interconnect(profile: Profile, db: CompatDB, gpu: GPU) -> tuple[int, str, Reason | None]:
+def _count_and_interconnect(profile: Profile, db: CompatDB, gpu: GPU) -> tuple[int, Interconnect, Reason | None]:
     """An instance type fixes the GPU model, count and interconnect; a profile may only repeat them."""
     target, spec = profile.target, profile.hardware.gpu
     inst = db.instance(target.instance_type) if target.instance_type else None
@@ -1182,7 +1193,10 @@ def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | No
             "driver_branch": base.driver.branch,
             "cuda": base.cuda.version,
             "cudnn": base.cudnn.version,
-            "frameworks": [FrameworkRequest(name=f.name, version=f.version) for f in base.frameworks],
+            # a plan's frameworks are the FrameworkRequests it was resolved from: their names are FrameworkNames
+            "frameworks": [
+                FrameworkRequest(name=cast(FrameworkName, f.name), version=f.version) for f in base.frameworks
+            ],
         }
     )
     others = []
@@ -1232,7 +1246,7 @@ def _resolve_one(
     db: CompatDB,
     gpu: GPU,
     count: int,
-    interconnect: str,
+    interconnect: Interconnect,
     inst_reason: Reason | None,
     profile_path: str | None,
 ) -> Plan:
@@ -1256,10 +1270,12 @@ def _resolve_one(
     if system is None and target.kind not in ("colab", "jetson"):
         raise IncompatibleError(f"no data for {os_id}", alternatives=[s.os_id for s in db.systems], where=profile.name)
     if target.kind == "jetson":
+        assert jp is not None  # refused above when unknown
         python = jp.python
     elif target.kind == "colab":
         python = db.colab[-1].python
     else:
+        assert system is not None  # refused above for every kind but colab and jetson
         python = system.python
     indexes, index_plans = _plan_indexes(profile, db)
     ctx = _Ctx(
@@ -1312,7 +1328,8 @@ def _resolve_one(
     jupyter = _jupyter_plan(ctx)
     verify = _verify_plan(ctx, cuda, numpy_req)
     image = _image_plan(ctx, cuda, cudnn, jp)
-    codename = system.codename if system else (db.system(jp.os_id).codename if jp and db.system(jp.os_id) else "")
+    jp_system = db.system(jp.os_id) if jp else None
+    codename = system.codename if system else (jp_system.codename if jp_system else "")
     target_plan = TargetPlan(
         kind=target.kind,
         distribution=target.os.distribution,
@@ -1361,6 +1378,7 @@ def _resolve_one(
 
 def _warn_hardware(ctx: _Ctx) -> None:
     gpu, policy = ctx.gpu, ctx.db.policy
+    assert policy is not None  # load_db always reads data/policy.yaml
     if gpu.fp16_tflops is None:
         ctx.warnings.append(
             f"{gpu.model} ({gpu.arch}) has no native FP16 arithmetic: train in FP32; AMP/fp16 gives no speed-up"
@@ -1398,6 +1416,7 @@ def _numpy(ctx: _Ctx, fws: tuple[FrameworkPlan, ...]) -> str:
 
 def _python_plan(ctx: _Ctx, fws) -> PythonPlan:
     db = ctx.db
+    assert db.policy is not None  # load_db always reads data/policy.yaml
     system = ctx.system
     packages = system.python_packages if system else ()
     ranges = [f"{f.name} {f.version}" for f in fws]

@@ -515,7 +515,7 @@ def _wait_ssh(name: str, port: int, key: Path, timeout: float = 30) -> None:
                                "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode == 0:
             return
-        last = proc.stderr.strip().splitlines()[-1:] and proc.stderr.strip().splitlines()[-1]
+        last = (proc.stderr.strip().splitlines() or [""])[-1]
         time.sleep(0.5)
     raise RunnerError(f"sandbox {name}: SSH on 127.0.0.1:{port} did not let the admin account in within "
                       f"{timeout:.0f}s ({last})")

@@ -11,6 +11,11 @@ command -v chroot >/dev/null 2>&1 || need_apt+=(coreutils)
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 # The browser test (tests/integration/test_browser.py) opens the demo's JupyterLab URL in a headless Chromium.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# The `long` suites' VM host (tests/integration/test_vm_driver.py): QEMU, only when they are asked for.
+if [ "${PROVISION_LONG:-}" = 1 ]; then
+  command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
+  command -v qemu-img >/dev/null 2>&1 || need_apt+=(qemu-utils)
+fi
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -69,6 +69,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "nvidia_driver_version": plan.driver.version or "",
         "nvidia_driver_min_version": plan.driver.min_version or "",
         "nvidia_driver_kernel_module": plan.driver.kernel_module,
+        "nvidia_driver_fabric_manager_service": plan.driver.fabric_manager_service or "",
         "cuda_install": plan.cuda.install,
         "cuda_version": plan.cuda.version,
         "cuda_full_version": plan.cuda.full_version or "",

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from provision import hashes
 from provision.errors import IncompatibleError, RunFailed, RunnerError
 from provision.models import Plan
 from provision.render.docker import (
@@ -162,6 +163,7 @@ def check_base_cudnn(plan: Plan, base: dict[str, Any], *, skip_frameworks: bool,
         return
     have = (int(found.group(1)), int(found.group(2)))
     for fw in users:
+        assert fw.cudnn is not None  # users keeps only the frameworks that bring a cuDNN
         want = tuple(int(x) for x in fw.cudnn.split(".")[:2])
         if have[0] != want[0] or have[1] < want[1]:
             alt = base_without_cudnn(plan.image.base_image)
@@ -190,7 +192,7 @@ def probe_glibc(api: Any, image: str) -> tuple[int, int]:
     except (OSError, ValueError):
         known = {}
     if image_id in known:
-        return tuple(known[image_id])  # type: ignore[return-value]
+        return tuple(known[image_id])
     found = _run_getconf(api, image)
     memo.write_text(json.dumps({**known, image_id: list(found)}))
     return found
@@ -253,16 +255,30 @@ def fetch_wheels(group: WheelGroup, target: WheelTarget, progress: Progress) -> 
     """
     dest = wheel_dir(group, target)
     done = dest / ".complete"
-    if done.exists():
-        return dest
+    if done.exists() and (dest / hashes.HASHES_FILE).is_file():
+        return _checked(dest)
     # One filler per group at a time: a second build on this controller waits here, then finds the group complete
     # (two fillers raced on one directory, and one's clean-up deleted the other's requirements file).
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest.parent / f".{dest.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return dest
+        if done.exists() and (dest / hashes.HASHES_FILE).is_file():
+            return _checked(dest)
+        # A directory without its hashes (an interrupted fill, or a cache from before they were recorded) is
+        # downloaded again: hashes recorded now would vouch for files nobody checked.
+        shutil.rmtree(dest, ignore_errors=True)
         return _fill_wheel_dir(group, target, progress, dest, done)
+
+
+def _checked(dest: Path) -> Path:
+    """The cached wheel directory, after checking every wheel against the sha256 recorded when it was downloaded."""
+    bad = hashes.verify_hashes(dest)
+    if bad:
+        raise RunFailed(
+            f"the cached wheels in {dest} no longer match the sha256 recorded when they were downloaded "
+            f"({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}): a wheel was changed or swapped; remove the "
+            "directory and build again (it is downloaded anew)")
+    return dest
 
 
 def _fill_wheel_dir(group: WheelGroup, target: WheelTarget, progress: Progress, dest: Path, done: Path) -> Path:
@@ -288,6 +304,8 @@ def _fill_wheel_dir(group: WheelGroup, target: WheelTarget, progress: Progress, 
         )
     if group.leave_out:
         leave_out_wheels(dest, group, progress)
+    # The image installs from requirements.lock with --require-hashes: exactly these files, byte for byte.
+    hashes.write_hashes(dest)
     size = sum(p.stat().st_size for p in dest.glob("*.whl"))
     done.write_text(json.dumps({"seconds": round(time.monotonic() - started, 1), "bytes": size}))
     progress(f"wheels for {group.name}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f}s")

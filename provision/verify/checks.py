@@ -143,7 +143,8 @@ def check_cuda_runtime(expect: Expect) -> Check:
     loaded = libs.load_first(paths, ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"))
     if loaded is None:
         status = FAIL if expect.cuda_version else SKIP
-        return Check("cuda-runtime", status, "libcudart not found (site-packages nvidia/*/lib, CUDA_HOME, ldconfig)")
+        return Check("cuda-runtime", status, "libcudart not found (site-packages nvidia/*/lib, CUDA_HOME, ldconfig)",
+                     absent=True)
     lib, where = loaded
     v = ctypes.c_int()
     rc = lib.cudaRuntimeGetVersion(ctypes.byref(v))
@@ -154,9 +155,10 @@ def check_cuda_runtime(expect: Expect) -> Check:
         # CUDA 11's runtime answers cudaErrorInsufficientDriver (35) without a driver and cudaErrorNoDevice (100)
         # with a driver but no GPU (CUDA 12 answers both ways):
         # read the version of the package that installed the library instead.
-        ver = _runtime_version_from_package()
-        if ver is None:
+        from_package = _runtime_version_from_package()
+        if from_package is None:
             return Check("cuda-runtime", FAIL, f"cudaRuntimeGetVersion failed in {where} (error {rc})")
+        ver = from_package
         how = f"package metadata (cudaRuntimeGetVersion: error {rc} without a driver)"
     figures = {"version": ver, "path": where, "read_from": how}
     if expect.cuda_version and not _versions_match(ver, expect.cuda_version):
@@ -202,7 +204,7 @@ def check_cudnn(expect: Expect) -> Check:
     loaded = libs.load_first(paths, ("libcudnn.so.9", "libcudnn.so.8"))
     if loaded is None:
         if expect.cudnn_version:
-            return Check("cudnn", FAIL, f"cuDNN {expect.cudnn_version} planned but libcudnn is not loadable")
+            return Check("cudnn", FAIL, f"cuDNN {expect.cudnn_version} planned but libcudnn is not loadable", absent=True)
         return Check("cudnn", SKIP, "no cuDNN planned and none found")
     lib, where = loaded
     lib.cudnnGetVersion.restype = ctypes.c_size_t
@@ -782,7 +784,8 @@ def check_frameworks(expect: Expect, python: str, gpu: bool, np) -> list[Check]:
         if "missing" in res:
             if want:
                 checks.append(
-                    Check(label, FAIL, f"{name} {want['version']} planned but not importable: {res['missing']}")
+                    Check(label, FAIL, f"{name} {want['version']} planned but not importable: {res['missing']}",
+                          absent=True)
                 )
             else:
                 checks.append(Check(label, SKIP, f"{name} not installed in {python}"))
@@ -841,7 +844,8 @@ def framework_kernels(images: fatbin.Images, cc: str, fw_cuda: str | None, drive
     cubin (same major, minor <= the GPU's) or PTX at or below `cc` that the driver can JIT (its CUDA >= the
     framework's; a driver older than the framework's CUDA runs its cubins through minor-version compatibility but
     cannot JIT its PTX); FAIL otherwise, the "no kernel image is available for execution on the device" box."""
-    jit_ok = _cuda_tuple(driver_cuda) is None or _cuda_tuple(fw_cuda) is None or _cuda_tuple(driver_cuda) >= _cuda_tuple(fw_cuda)
+    have, need = _cuda_tuple(driver_cuda), _cuda_tuple(fw_cuda)
+    jit_ok = have is None or need is None or have >= need
     how = fatbin.binary_runs(images, cc) if jit_ok else fatbin.binary_runs(fatbin.Images(images.cubin), cc)
     carried = images.describe()
     sm = "sm_" + cc.replace(".", "")
@@ -934,7 +938,7 @@ def check_jupyter(expect: Expect, python: str, gpu: bool) -> Check:
     res = _probe(python, _JUPYTER_PROBE, [], timeout=300)
     if "missing" in res:
         status = FAIL if expect.jupyter else SKIP
-        return Check("jupyter", status, f"jupyter_client not installed in {python}")
+        return Check("jupyter", status, f"jupyter_client not installed in {python}", absent=True)
     if "error" in res:
         return Check("jupyter", FAIL, f"kernel python3 did not run: {res['error']}")
     figs = {"kernelspecs": res.get("kernelspecs"), "executable": res.get("executable"), "gpus": res.get("gpus")}
@@ -984,9 +988,10 @@ def run(
         report.environment["nvrtc"] = {"version": nv.version_str, "path": nv.path, "archs": nv.supported_archs()}
     except NvrtcError as exc:
         report.environment["nvrtc"] = None
-        report.add(Check("nvrtc", FAIL, str(exc)))
+        report.add(Check("nvrtc", FAIL, str(exc), absent=str(exc).startswith("NVRTC not found")))
         nv = None
     else:
+        assert nv is not None  # loaded in the try above
         report.add(check_nvrtc(nv, expect))
 
     drv: Driver | None = None
@@ -1033,8 +1038,8 @@ def run(
         if dev is None and chosen and chosen.startswith(("sm_", "compute_")):
             n = arch_number(chosen)
             target_cc = f"{n // 10}.{n % 10}"
-        driver_cuda = format_cuda_version(drv.driver_version()) if drv is not None else expect.driver_cuda
-        for c in check_framework_kernels(expect, python, target_cc, driver_cuda):
+        driver_cuda_version = format_cuda_version(drv.driver_version()) if drv is not None else expect.driver_cuda
+        for c in check_framework_kernels(expect, python, target_cc, driver_cuda_version):
             report.add(c)
 
     images: dict[str, CompileResult] = {}

@@ -71,7 +71,7 @@ class Driver:
             raise DriverNotFound(f"{path} not loadable: {exc}") from None
         self.path = path
         self._ctx = ctypes.c_void_p()
-        self._dev = None
+        self._dev: ctypes.c_int | None = None
 
     def _fn(self, name: str):
         for candidate in (f"{name}_v2", name):

@@ -62,9 +62,9 @@ def find(
             if d.is_dir():
                 found.extend(sorted(d.glob(f"{stem}.so*"), key=_version_key, reverse=True))
     found.extend(ldconfig_paths(stem))
-    for d in SYSTEM_DIRS:
-        if Path(d).is_dir():
-            found.extend(sorted(Path(d).glob(f"{stem}.so*"), key=_version_key, reverse=True))
+    for system_dir in SYSTEM_DIRS:
+        if Path(system_dir).is_dir():
+            found.extend(sorted(Path(system_dir).glob(f"{stem}.so*"), key=_version_key, reverse=True))
     seen: set[Path] = set()
     result = []
     for p in found:

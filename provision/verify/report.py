@@ -61,6 +61,9 @@ class Check:
     status: str  # PASS | FAIL | SKIP
     detail: str
     figures: dict[str, Any] = field(default_factory=dict)
+    # A planned part this machine does not have at all (not found, not importable), as opposed to one that is here
+    # and wrong: `provision verify --compile-only` reports those as "absent here" (provision.verify.controller).
+    absent: bool = False
 
     def line(self) -> str:
         return f"{self.status:<4}  {self.name:<22} {self.detail}"

@@ -34,16 +34,20 @@ RUN /usr/bin/python3 -m venv /opt/provision/venv
 
 # torch 2.11.0 (cu128):
 # large; changes with the framework pin, less often than the tools after it.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/framework-pytorch/ /tmp/wheels/framework-pytorch/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
-      --find-links /tmp/wheels/framework-pytorch --requirement /tmp/wheels/framework-pytorch/requirements.txt \
+      --find-links /tmp/wheels/framework-pytorch --require-hashes \
+      --requirement /tmp/wheels/framework-pytorch/requirements.lock \
  && rm -rf /tmp/wheels/framework-pytorch
 
 # the verification program's NVRTC and NumPy:
 # `python -m provision.verify` compiles its kernels with NVRTC and checks the results with NumPy.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/verify/ /tmp/wheels/verify/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
-      --find-links /tmp/wheels/verify --requirement /tmp/wheels/verify/requirements.txt \
+      --find-links /tmp/wheels/verify --require-hashes \
+      --requirement /tmp/wheels/verify/requirements.lock \
  && rm -rf /tmp/wheels/verify
 
 # --- Stage 2: the image that runs -----------------------------------------------------------------------------

@@ -36,32 +36,40 @@ RUN /usr/bin/python3 -m venv /opt/provision/venv
 # the largest layer; it changes only when the planned CUDA or cuDNN does.
 # Exactly the planned wheels (--no-deps): their declared dependencies are pinned in the same list, and
 # anything else would be a version the plan did not choose.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/cuda/ /tmp/wheels/cuda/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --no-deps \
-      --find-links /tmp/wheels/cuda --requirement /tmp/wheels/cuda/requirements.txt \
+      --find-links /tmp/wheels/cuda --require-hashes \
+      --requirement /tmp/wheels/cuda/requirements.lock \
  && rm -rf /tmp/wheels/cuda
 
 # torch 2.14.1 (cu126):
 # large; changes with the framework pin, less often than the tools after it.
 # Downloaded on the controller from https://download.pytorch.org/whl/cu126.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/framework-pytorch/ /tmp/wheels/framework-pytorch/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
-      --find-links /tmp/wheels/framework-pytorch --requirement /tmp/wheels/framework-pytorch/requirements.txt \
+      --find-links /tmp/wheels/framework-pytorch --require-hashes \
+      --requirement /tmp/wheels/framework-pytorch/requirements.lock \
  && rm -rf /tmp/wheels/framework-pytorch
 
 # the verification program's NVRTC and NumPy:
 # `python -m provision.verify` compiles its kernels with NVRTC and checks the results with NumPy.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/verify/ /tmp/wheels/verify/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
-      --find-links /tmp/wheels/verify --requirement /tmp/wheels/verify/requirements.txt \
+      --find-links /tmp/wheels/verify --require-hashes \
+      --requirement /tmp/wheels/verify/requirements.lock \
  && rm -rf /tmp/wheels/verify
 
 # JupyterLab:
 # the wheels most likely to change, so they come last.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/jupyter/ /tmp/wheels/jupyter/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
-      --find-links /tmp/wheels/jupyter --requirement /tmp/wheels/jupyter/requirements.txt \
+      --find-links /tmp/wheels/jupyter --require-hashes \
+      --requirement /tmp/wheels/jupyter/requirements.lock \
  && rm -rf /tmp/wheels/jupyter
 
 # --- Stage 2: the image that runs -----------------------------------------------------------------------------

@@ -34,16 +34,20 @@ RUN /usr/bin/python3 -m venv /opt/provision/venv
 
 # the verification program's NVRTC and NumPy:
 # `python -m provision.verify` compiles its kernels with NVRTC and checks the results with NumPy.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/verify/ /tmp/wheels/verify/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
-      --find-links /tmp/wheels/verify --requirement /tmp/wheels/verify/requirements.txt \
+      --find-links /tmp/wheels/verify --require-hashes \
+      --requirement /tmp/wheels/verify/requirements.lock \
  && rm -rf /tmp/wheels/verify
 
 # JupyterLab:
 # the wheels most likely to change, so they come last.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/jupyter/ /tmp/wheels/jupyter/
 RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
-      --find-links /tmp/wheels/jupyter --requirement /tmp/wheels/jupyter/requirements.txt \
+      --find-links /tmp/wheels/jupyter --require-hashes \
+      --requirement /tmp/wheels/jupyter/requirements.lock \
  && rm -rf /tmp/wheels/jupyter
 
 # --- Stage 2: the image that runs -----------------------------------------------------------------------------

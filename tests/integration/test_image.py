@@ -24,7 +24,7 @@ from typing import IO
 import pytest
 import testinfra
 from packaging.utils import canonicalize_name
-from support.plans import aws_p2, deskmini, real_plan
+from support.plans import real_plan
 
 from provision.models import Plan
 from provision.render.docker import render_dockerfile, with_base_image
@@ -35,14 +35,14 @@ from provision.verify.expect import Expect
 pytestmark = [pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parents[2]
-# profile -> (OS override, local Debian release of the base image, hand-built fallback plan)
-IMAGES = {"deskmini": ("debian-13", "13", deskmini), "aws-p2": ("debian-12", "12", aws_p2)}
+# profile -> (OS override, local Debian release of the base image)
+IMAGES = {"deskmini": ("debian-13", "13"), "aws-p2": ("debian-12", "12")}
 CHUNK = 16 << 20
 
 
 def plan_for_image(profile: str, *, base: str | None = None) -> Plan:
-    os_id, release, fallback = IMAGES[profile]
-    plan = real_plan(profile, os_id) or fallback()
+    os_id, release = IMAGES[profile]
+    plan = real_plan(profile, os_id)
     return with_base_image(plan, base or ensure_base_image(release))
 
 
@@ -444,9 +444,6 @@ def test_build_step_that_fails(tmp_path: Path) -> None:
 
 
 def test_jetson_arm64_refused_before_starting() -> None:
-    plan = real_plan("jetson-orin-nano")
-    if plan is None:
-        pytest.skip("profiles/jetson-orin-nano.yaml is not there yet")
     proc = provision_cli("build", "profiles/jetson-orin-nano.yaml")
     assert proc.returncode == 3, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -118,3 +118,47 @@ def test_the_sandboxed_server_still_answers(applied, with_token, expected):
     args = ["http://127.0.0.1:8888/api/status", *([TOKEN] if with_token else [])]
     proc = host("runuser", "-u", USER, "--", "/usr/bin/python3", "-I", "-c", _STATUS, *args, check=False)
     assert proc.stdout.strip() == expected, proc.stdout + proc.stderr
+
+
+# The account controls what its environment's interpreter prints, so it controls the probes' reports. A report whose
+# path would close the `case` in /etc/profile.d/provision-*.sh and run a command in every login shell, root's too.
+_HOSTILE = "/opt/x:*) ;; esac; touch /tmp/pwned-0; case y in (z"
+_FAKE_PYTHON = """#!/bin/bash
+# The account's stand-in for the environment's interpreter: the probes (python -I - --venv ...) get a crafted report,
+# everything else the real interpreter.
+if [ "$1 $2 $3" = "-I - --venv" ]; then
+  cat >/dev/null
+  case " $* " in
+    *" --home "*) echo '{"runtime_version": "12.6", "runtime_library": "/opt/x/lib/libcudart.so.12",
+      "nvrtc_version": null, "library_dirs": ["HOSTILE"], "home": "/opt/x", "nvcc_version": null, "errors": []}' ;;
+    *) echo '{"version": "9.10.2", "raw": 91002, "library": "/opt/x/libcudnn.so.9", "library_dir": "HOSTILE",
+      "errors": []}' ;;
+  esac
+  exit 0
+fi
+exec -a "$0" /usr/bin/python3 "$@"
+""".replace("HOSTILE", _HOSTILE)
+
+
+@pytest.mark.parametrize("role", ["cuda", "cudnn"])
+def test_a_probe_report_the_account_crafts_is_refused_and_reaches_no_root_file(applied, role):
+    script = f"/etc/profile.d/provision-{role}.sh"
+    before = host("sha256sum", script).stdout
+    python = f"{VENV}/bin/python"
+    target = host("readlink", python).stdout.strip()
+    assert target, f"{python} is not the symlink python -m venv makes"
+    subprocess.run(["docker", "exec", "-i", "-u", USER, NAME, "sh", "-c", f"rm {python} && cat > {python} && "
+                    f"chmod 755 {python}"], input=_FAKE_PYTHON, text=True, check=True)
+    try:
+        attacked = provision("apply", PROFILE, "--os", "debian-13", "--sandbox", NAME, "--skip-frameworks", "--tags",
+                             role, "--yes", "--no-check")
+        assert attacked.returncode == 1, output(attacked)
+        assert "is not a plain" in attacked.stdout + attacked.stderr, output(attacked)
+        assert host("sha256sum", script).stdout == before, "the crafted path was written into " + script
+        for login in (["su", "-l", "root", "-c", "true"], ["sudo", "-i", "true"], ["su", "-l", USER, "-c", "true"]):
+            host(*login, check=False)
+        assert host("test", "-e", "/tmp/pwned-0", check=False).returncode != 0, "a login shell ran the payload"
+    finally:
+        subprocess.run(["docker", "exec", "-u", USER, NAME, "ln", "-sfn", target, python], check=True)
+        host("rm", "-f", "/tmp/pwned-0")
+    assert host(python, "-c", "import sys; print(sys.prefix)").stdout.strip() == VENV

@@ -201,3 +201,35 @@ def test_cli_compile_only_for_deskmini_with_cuda13_names_the_refusal() -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL  compile:sgemm" in proc.stdout
     assert "NVRTC 13.5 cannot compile for sm_61" in proc.stdout
+
+
+def _cli_verify(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "provision", "verify", "--profile", str(REPO / "profiles/deskmini.yaml"),
+                           "--compile-only", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_compile_only_off_target_says_what_is_absent_and_compiles_with_the_nvrtc_given() -> None:
+    """`provision verify --compile-only` on a machine that is not the profile's target (this controller: none of the
+    DeskMini's CUDA, cuDNN, PyTorch or Jupyter in its Python): one "absent here" line per planned part, not a FAIL;
+    without NVRTC nothing compiles (exit 2, saying what to pass); with --nvrtc the kernels compile for sm_61."""
+    bare = _cli_verify()
+    assert bare.returncode == 2, bare.stdout + bare.stderr
+    for part in ("nvrtc", "cuda-runtime", "cudnn", "framework:pytorch", "jupyter"):
+        line = next(ln for ln in bare.stdout.splitlines() if ln.split()[1:2] == [part])
+        assert line.startswith("SKIP") and "absent here: " in line, line
+    assert "nothing was compiled: no NVRTC here; pass --nvrtc PATH" in bare.stdout + bare.stderr
+    given = _cli_verify("--nvrtc", str(nvrtc_library("12.6.85")))
+    assert given.returncode == 0, given.stdout + given.stderr
+    assert "PASS  compile:sgemm" in given.stdout and "FAIL" not in given.stdout
+    assert "SKIP  cudnn                  absent here: cuDNN 9.10.2 planned but libcudnn is not loadable" in given.stdout
+
+
+def test_the_hosts_verifier_stays_strict_about_a_planned_part_that_is_absent(tmp_path: Path) -> None:
+    """The gpu_verify role's run (python -m provision.verify on a provisioned host): a planned cuDNN that is not
+    there fails, compile-only or not."""
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps({"source": "plan", "cudnn_version": "9.10.2", "target_arch": "sm_61"}))
+    proc = _run_verify(["--compile-only", "--nvrtc", str(nvrtc_library("12.6.85")), "--expect", str(expect),
+                        "--no-frameworks"], REPO)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL  cudnn" in proc.stdout and "absent here" not in proc.stdout

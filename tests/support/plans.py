@@ -1,7 +1,7 @@
 """Hand-built Plans with the values the resolver is expected to produce (shared brief, "Expected plans").
 
 They let renderer and image tests run before, and independently of, the live compat data: a data refresh
-must not break a template test. `real_plan()` returns the resolver's plan where the resolver exists.
+must not break a template test. `real_plan()` returns the resolver's plan for a shipped profile.
 Keep this module additive: other tests import these builders.
 """
 
@@ -144,15 +144,9 @@ def jetson_orin_nano(**image: Any) -> Plan:
 HAND_BUILT = {"deskmini": deskmini, "aws-p2": aws_p2, "jetson-orin-nano": jetson_orin_nano}
 
 
-def real_plan(profile: str, os_override: str | None = None) -> Plan | None:
-    """The resolver's plan for profiles/<profile>.yaml, or None while the resolver or the profile is missing."""
+def real_plan(profile: str, os_override: str | None = None) -> Plan:
+    """The resolver's plan for the shipped profiles/<profile>.yaml."""
+    from provision.pipeline import plan_for
     from provision.resources import share_dir
 
-    try:
-        from provision.pipeline import plan_for  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    path = share_dir("profiles") / f"{profile}.yaml"
-    if not path.exists():
-        return None
-    return plan_for(str(path), os_override=os_override)
+    return plan_for(str(share_dir("profiles") / f"{profile}.yaml"), os_override=os_override)

@@ -52,3 +52,35 @@ def test_a_swapped_wheel_is_found_and_pip_refuses_it(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--target",
                           str(tmp_path / "t2"), *hashes.pip_install_args(wheels)], capture_output=True, text=True)
     assert bad.returncode != 0 and "DO NOT MATCH THE HASHES" in bad.stderr
+
+
+def test_the_image_wheel_cache_is_hashed_and_a_changed_wheel_is_refused(tmp_path, monkeypatch):
+    """provision.runners.docker.fetch_wheels against PyPI (a 11 kB wheel): the download records its hashes, the
+    Dockerfile's lock installs exactly it, and a wheel changed in the cache stops the next build."""
+    import pytest
+
+    from provision.errors import RunFailed
+    from provision.render.docker import WheelGroup
+    from provision.runners.docker import WheelTarget, fetch_wheels
+
+    monkeypatch.setenv("PROVISION_CACHE", str(tmp_path / "cache"))
+    group = WheelGroup("tiny", "a tiny wheel", "test", ("six==1.16.0",))
+    target = WheelTarget("3.13", (2, 36), "x86_64")
+    said: list[str] = []
+    dest = fetch_wheels(group, target, said.append)
+    wheel = next(dest.glob("six-1.16.0-*.whl"))
+    assert (dest / hashes.LOCK_FILE).read_text() == (
+        f"six==1.16.0 --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n")
+    assert any(line.startswith("downloading wheels for tiny") for line in said)
+    said.clear()
+    assert fetch_wheels(group, target, said.append) == dest and not said  # cached, checked, not downloaded again
+    # One byte changed in the cache: refused, naming the wheel and what to do.
+    data = bytearray(wheel.read_bytes())
+    data[-1] ^= 1
+    wheel.write_bytes(bytes(data))
+    with pytest.raises(RunFailed, match=r"no longer match the sha256 .*six-1\.16\.0-.*remove the directory"):
+        fetch_wheels(group, target, said.append)
+    # A directory marked complete without its hashes (an interrupted fill, an older cache) is downloaded again.
+    (dest / hashes.HASHES_FILE).unlink()
+    assert fetch_wheels(group, target, said.append) == dest
+    assert hashes.verify_hashes(dest) == [] and any(line.startswith("downloading") for line in said)

@@ -59,6 +59,19 @@ def test_a_pytorch_mirror_serves_the_variant_under_its_url():
     assert plan.frameworks[0].index_url == "https://mirror.example/cu126/simple"
 
 
+@pytest.mark.parametrize(("indexes", "where"), [
+    ({}, "torch==2.9.0+cu126 --index-url https://download.pytorch.org/whl/cu126"),
+    ({"pytorch": False}, "torch==2.0.1 (PyPI)"),
+    ({"pytorch": False, "pypi": "https://devpi.example/root/pypi/+simple"},
+     "torch==2.0.1 --index-url https://devpi.example/root/pypi/+simple"),
+])
+def test_the_short_plan_names_the_index_of_every_framework(indexes, where):
+    from provision.report import plan_text
+
+    line = next(ln for ln in plan_text(resolve(profile(**indexes), DB)) if ln.startswith("  framework"))
+    assert line.split(None, 1)[1] == where
+
+
 def test_a_pypi_mirror_reaches_the_role_and_the_image():
     plan = resolve(profile(pypi="https://devpi.example/root/pypi/+simple"), DB)
     assert plan.pip_index_url == "https://devpi.example/root/pypi/+simple"

@@ -1,0 +1,249 @@
+"""Throwaway Debian virtual machines (QEMU) as test hosts: a kernel of their own, for the driver's kernel side.
+
+Containers share the controller's kernel, so on them the nvidia_driver role installs the user-space half only. A
+bare-metal box takes the other path: DKMS builds the module for the running kernel, nouveau is blacklisted, the
+initramfs is regenerated, the host reboots, and the module loads or does not. A VM runs that path for real:
+
+- the guest is the same stock Debian a sandbox container is (provision.sandbox: debootstrap, `main` only, an `admin`
+  account with the controller's key and sudo, the controller's extra CAs), plus what an installed machine has and a
+  container lacks: `linux-image-amd64` and `initramfs-tools`, an fstab, a network configuration (ifupdown, as
+  Debian's installer writes it, with QEMU's user-mode address);
+- its disk is an ext4 image (`mkfs.ext4 -d`, no partition table), kept as a qcow2 base under
+  `$PROVISION_CACHE/vm/debian-<release>/`; each VM boots a copy-on-write overlay of it (`qemu-img create -b`), so a
+  VM starts from a clean disk in seconds and `down` throws the overlay away;
+- QEMU boots the guest's own kernel and initrd (`-kernel`/`-initrd`, copied out of the guest's /boot when the base is
+  built). A reboot inside the guest restarts the same kernel; an initramfs the guest regenerates is written but not
+  the one QEMU loads (a bootloader would read it; the nouveau blacklist works either way, from modprobe.d);
+- software emulation (TCG), not KVM: /dev/kvm on the machines this is built on does not run a Debian kernel (its
+  instruction emulation fails early in boot). Boot to SSH takes about 40 s; work inside runs 10-15x slower;
+- user-mode networking, with the guest's SSH forwarded to a port on the controller's 127.0.0.1; the guest's host
+  key is made when the base is built and pinned in the same known_hosts as the containers'.
+
+Nothing here is for a user's machine: `provision sandbox up --vm NAME` (tests/integration/test_vm_driver.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision import sandbox
+from provision.errors import RunnerError, UsageError
+
+VM_RECIPE = "vm-1"  # bump when the guest's recipe changes: an older base is rebuilt
+GUEST_PACKAGES = (*sandbox.BASE_PACKAGES, "linux-image-amd64", "initramfs-tools", "zstd", "kmod", "udev", "ifupdown")
+DISK_SIZE = "12G"  # sparse: the base takes ~1 GB; the driver, DKMS, compilers and headers ~1.5 GB more
+MEMORY_MB = int(os.environ.get("PROVISION_VM_MEMORY_MB", "3072"))
+CPUS = int(os.environ.get("PROVISION_VM_CPUS", str(min(os.cpu_count() or 1, 4))))
+BOOT_TIMEOUT = float(os.environ.get("PROVISION_VM_BOOT_TIMEOUT", "300"))
+# QEMU's user-mode network: the guest's address, its gateway (the controller) and its DNS forwarder.
+GUEST_ADDRESS, GATEWAY, DNS = "10.0.2.15", "10.0.2.2", "10.0.2.3"
+
+
+def _tools() -> None:
+    missing = [tool for tool in ("qemu-system-x86_64", "qemu-img", "mkfs.ext4", "debootstrap") if not shutil.which(tool)]
+    if missing:
+        raise RunnerError(f"a VM sandbox needs {', '.join(missing)}: apt-get install qemu-system-x86 qemu-utils "
+                          "e2fsprogs debootstrap")
+
+
+def base_dir(release: str) -> Path:
+    return sandbox.cache_root() / "vm" / f"debian-{release}"
+
+
+def vm_dir(name: str) -> Path:
+    return sandbox.cache_root() / "vm" / "hosts" / name
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def ensure_base(release: str, *, log=None, progress=None) -> Path:
+    """Build the guest's base disk, kernel and initrd for Debian `release` once; returns their directory."""
+    if release not in sandbox.DEBIAN_CODENAMES:
+        raise UsageError(f"no VM sandbox for Debian {release}; this machine builds {sorted(sandbox.DEBIAN_CODENAMES)}")
+    _tools()
+    dest = base_dir(release)
+    key_pub = sandbox.ssh_key().with_suffix(".pub").read_text()
+    stamp = _read_json(dest / "base.json")
+    if stamp.get("recipe") == VM_RECIPE and stamp.get("authorized_key") == key_pub and (dest / "base.qcow2").is_file():
+        return dest
+    if os.geteuid() != 0:
+        raise RunnerError("building the VM sandbox's disk needs root (debootstrap and chroot): run it as root once")
+    codename = sandbox.DEBIAN_CODENAMES[release]
+    if log:
+        log(f"building the Debian {release} VM disk with debootstrap and a kernel (once; 3-6 minutes)")
+    debs = sandbox.cache_root() / "debootstrap" / codename
+    debs.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix=f"provision-vm-{codename}-") as tmp:
+        root = Path(tmp) / "root"
+        sandbox._run_streamed(["debootstrap", "--variant=minbase", f"--cache-dir={debs}",
+                               "--include=" + ",".join(GUEST_PACKAGES), "--components=main", codename, str(root),
+                               sandbox.MIRROR], f"debootstrap {codename} (VM)", progress)
+        path, text = sandbox.default_sources(release)
+        (root / "etc/apt/sources.list").unlink(missing_ok=True)
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+        # What Debian's installer writes for a machine with one disk and one network card.
+        (root / "etc/fstab").write_text("/dev/vda / ext4 errors=remount-ro 0 1\n")
+        (root / "etc/hostname").write_text("debian\n")
+        (root / "etc/hosts").write_text("127.0.0.1 localhost\n127.0.1.1 debian\n")
+        (root / "etc/network/interfaces").write_text(
+            "source /etc/network/interfaces.d/*\n\nauto lo\niface lo inet loopback\n\n"
+            f"auto eth0\niface eth0 inet static\n  address {GUEST_ADDRESS}/24\n  gateway {GATEWAY}\n")
+        resolv = root / "etc/resolv.conf"
+        resolv.unlink(missing_ok=True)
+        resolv.write_text(f"nameserver {DNS}\n")
+        sandbox._trust_controller_cas(root)
+        sandbox._run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo",
+                      sandbox.ADMIN], "create the admin account in the VM disk")
+        ssh = root / "home" / sandbox.ADMIN / ".ssh"
+        ssh.mkdir(mode=0o700)
+        (ssh / "authorized_keys").write_text(key_pub)
+        (ssh / "authorized_keys").chmod(0o600)
+        sandbox._run(["chroot", str(root), "chown", "-R", f"{sandbox.ADMIN}:{sandbox.ADMIN}",
+                      f"/home/{sandbox.ADMIN}/.ssh"], "own the admin account's SSH directory")
+        sudoers = root / "etc/sudoers.d" / f"90-{sandbox.ADMIN}"
+        sudoers.write_text(f"{sandbox.ADMIN} ALL=(ALL:ALL) NOPASSWD:ALL\n")
+        sudoers.chmod(0o440)
+        # One host key for every VM made from this disk: each gets its own port, and the key is pinned before the
+        # first connection (nothing is trusted on first use).
+        for old in (root / "etc/ssh").glob("ssh_host_*"):
+            old.unlink()
+        sandbox._run(["chroot", str(root), "ssh-keygen", "-A"], "make the VM's SSH host keys")
+        host_key = (root / "etc/ssh/ssh_host_ed25519_key.pub").read_text()
+        kernels = sorted((root / "boot").glob("vmlinuz-*"))
+        initrds = sorted((root / "boot").glob("initrd.img-*"))
+        if not kernels or not initrds:
+            raise RunnerError(f"the VM disk has no kernel or initrd in /boot ({[p.name for p in (root / 'boot').iterdir()]})")
+        shutil.copyfile(kernels[-1], dest / "vmlinuz")
+        shutil.copyfile(initrds[-1], dest / "initrd.img")
+        shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+        (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+        raw = Path(tmp) / "disk.raw"
+        if progress:
+            progress("making the VM's ext4 disk")
+        sandbox._run(["mkfs.ext4", "-q", "-L", "root", "-d", str(root), str(raw), DISK_SIZE], "mkfs.ext4 -d")
+        sandbox._run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(dest / "base.qcow2")], "qemu-img convert")
+    (dest / "base.json").write_text(json.dumps({"recipe": VM_RECIPE, "kernel": kernels[-1].name,
+                                                "authorized_key": key_pub, "host_key": host_key}, indent=2))
+    return dest
+
+
+@dataclass(frozen=True)
+class VM:
+    name: str
+    release: str
+    port: int
+    pid: int
+
+
+def _pid(name: str) -> int | None:
+    try:
+        pid = int((vm_dir(name) / "qemu.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    try:  # the pid is QEMU's, not a reused number
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if str(vm_dir(name)).encode() in cmdline else None
+
+
+def is_running(name: str) -> bool:
+    return _pid(name) is not None
+
+
+def state(name: str) -> dict[str, Any]:
+    return _read_json(vm_dir(name) / "vm.json")
+
+
+def start(name: str, release: str = "13", *, log=None, progress=None) -> VM:
+    """Boot VM `name` from a fresh overlay of the base disk (or its existing overlay, if it was only stopped) and
+    wait until the admin account gets in over SSH."""
+    base = ensure_base(release, log=log, progress=progress)
+    here = vm_dir(name)
+    if is_running(name):
+        meta = state(name)
+        return VM(name, meta["release"], meta["port"], _pid(name) or 0)
+    here.mkdir(parents=True, exist_ok=True)
+    overlay = here / "disk.qcow2"
+    if not overlay.is_file():
+        sandbox._run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base / "base.qcow2"), "-F", "qcow2",
+                      str(overlay)], f"VM {name}: overlay disk")
+    port = state(name).get("port") or sandbox._free_port()
+    cmd = [
+        "qemu-system-x86_64", "-name", name, "-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
+        "-smp", str(CPUS), "-m", str(MEMORY_MB),
+        "-kernel", str(base / "vmlinuz"), "-initrd", str(base / "initrd.img"),
+        "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 quiet",
+        "-drive", f"file={overlay},if=virtio,format=qcow2,cache=unsafe",
+        "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{port}-:22", "-device", "virtio-net-pci,netdev=net0",
+        "-display", "none", "-serial", f"file:{here / 'console.log'}", "-monitor", "none",
+        "-daemonize", "-pidfile", str(here / "qemu.pid"),
+    ]
+    if progress:
+        progress(f"booting VM {name} (QEMU, software emulation: about 40 s to SSH)")
+    sandbox._run(cmd, f"start VM {name}")
+    (here / "vm.json").write_text(json.dumps({"release": release, "port": port, "base": str(base)}))
+    sandbox._pin_host_key(port, json.loads((base / "base.json").read_text())["host_key"])
+    sandbox._wait_ssh(name, port, sandbox.ssh_key(), timeout=BOOT_TIMEOUT)
+    return VM(name, release, port, _pid(name) or 0)
+
+
+def stop(name: str, timeout: float = 60) -> None:
+    """Power the VM off (its overlay stays): SIGTERM to QEMU, then SIGKILL."""
+    pid = _pid(name)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _pid(name) is not None:
+        time.sleep(0.2)
+    if _pid(name) is not None:
+        os.kill(pid, signal.SIGKILL)
+
+
+def remove(name: str) -> bool:
+    """Stop the VM and delete its overlay; False when there is no VM of this name."""
+    here = vm_dir(name)
+    if not here.is_dir():
+        return False
+    port = state(name).get("port")
+    stop(name, timeout=10)
+    shutil.rmtree(here, ignore_errors=True)
+    if port:
+        sandbox._pin_host_key(int(port), None)
+    return True
+
+
+def host_connection(name: str) -> dict[str, Any]:
+    """Inventory variables for VM `name`: over SSH as the admin account with sudo, as a user's machine."""
+    port = state(name).get("port")
+    if not port or not is_running(name):
+        raise UsageError(f"VM {name} is not running; start it with `provision sandbox up --vm {name}`")
+    return {
+        "ansible_host": "127.0.0.1",
+        "ansible_port": int(port),
+        "ansible_user": sandbox.ADMIN,
+        "ansible_ssh_private_key_file": str(sandbox.ssh_key()),
+        "ansible_ssh_common_args": sandbox.ssh_args(),
+        "ansible_become": True,
+        "ansible_python_interpreter": "/usr/bin/python3",
+        # A VM has no GPU either: the verifier compiles its kernels only, and says so (chosen for this host alone).
+        "gpu_verify_compile_only": True,
+    }
