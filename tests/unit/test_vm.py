@@ -1,0 +1,37 @@
+"""provision.vm without booting anything (the boot and the driver's kernel side: tests/integration/test_vm_driver.py,
+`long`): what is refused, in one line, before QEMU starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from provision import vm
+from provision.errors import RunnerError, UsageError
+
+
+def test_a_vm_that_is_not_running_has_no_inventory_and_says_how_to_start_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROVISION_CACHE", str(tmp_path))
+    with pytest.raises(UsageError, match=r"VM pv-none is not running; start it with `provision sandbox up --vm pv-none`"):
+        vm.host_connection("pv-none")
+    assert vm.remove("pv-none") is False
+
+
+def test_missing_qemu_is_one_line_naming_the_packages(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RunnerError, match=r"needs qemu-system-x86_64, qemu-img.*apt-get install qemu-system-x86 qemu-utils"):
+        vm.ensure_base("13")
+
+
+def test_an_unknown_release_is_refused():
+    with pytest.raises(UsageError, match="no VM sandbox for Debian 11"):
+        vm.ensure_base("11")
+
+
+def test_vm_hosts_are_reached_over_ssh_only():
+    proc = subprocess.run([sys.executable, "-m", "provision", "sandbox", "up", "--vm", "pv-x", "--connection", "docker"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: --vm hosts are reached over SSH only (no --connection docker)"), proc.stderr
