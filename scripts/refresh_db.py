@@ -149,13 +149,20 @@ def wheel_metadata(name: str, version: str, machine: str) -> list[str] | None:
     return None
 
 
+def pinned_metadata(rep: Report, name: str, version: str, where: str) -> list[str] | None:
+    """Check that PyPI still serves name==version, and return its x86_64 wheel's requirements (None, noted, if none)."""
+    check_pin(rep, f"{name}=={version}", where)
+    deps = wheel_metadata(name, version, "x86_64")
+    if deps is None:
+        rep.note(f"{where}: no wheel metadata for x86_64")
+    return deps
+
+
 def check_framework_wheels(rep: Report, db: CompatDB) -> None:
     for row in (r for r in db.torch if r.pypi_default):
         where = f"pytorch.yaml torch {row.version} ({row.variant}, PyPI)"
-        check_pin(rep, f"torch=={row.version}", where)
-        deps = wheel_metadata("torch", row.version, "x86_64")
+        deps = pinned_metadata(rep, "torch", row.version, where)
         if deps is None:
-            rep.note(f"{where}: no wheel metadata for x86_64")
             continue
         cudnn = [d for d in deps if d.startswith("nvidia-cudnn")]
         pins = [Requirement(d).specifier for d in cudnn]
@@ -174,10 +181,8 @@ def check_framework_wheels(rep: Report, db: CompatDB) -> None:
     newest_release(rep, "torch", [r.version for r in db.torch], "pytorch.yaml")
     for row in db.tensorflow:
         where = f"tensorflow.yaml {row.version}"
-        check_pin(rep, f"tensorflow=={row.version}", where)
-        deps = wheel_metadata("tensorflow", row.version, "x86_64")
+        deps = pinned_metadata(rep, "tensorflow", row.version, where)
         if deps is None:
-            rep.note(f"{where}: no wheel metadata for x86_64")
             continue
         numpy = [Requirement(d.split(";")[0]) for d in deps if d.startswith("numpy")]
         takes_2 = any(not spec.specifier or spec.specifier.contains("2.0.0") for spec in numpy)
