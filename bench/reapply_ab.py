@@ -5,7 +5,8 @@ the next), so a change to the re-apply is judged only against its baseline measu
 same state, one provisioned by each version, then N re-applies of each, alternating, same profile, same caches.
 The earlier commit is checked out with `git worktree` and run from there (its roles come with it: provision finds
 roles/ beside its package). Also counts the tasks each version runs.
-Writes docs/bench/reapply_ab.json and prints the figures.
+Writes docs/bench/reapply_ab.json (or, when that holds an earlier comparison, reapply_ab-<date>-<commit>.json) and
+prints the figures.
 
     python bench/reapply_ab.py --before REV [--runs 8] [--profile profiles/deskmini.yaml --os debian-13]
 """
@@ -105,7 +106,10 @@ def main() -> None:
         "changed": 0,
         "target_s": 15,
     }
+    # An earlier comparison's figures stay as they are: a new one gets the date and the commit it was measured against.
     out = ROOT / "docs" / "bench" / "reapply_ab.json"
+    if out.exists():
+        out = out.with_name(f"reapply_ab-{result['date']}-{rev}.json")
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"median before {med['before']} s, after {med['after']} s "
           f"(ratio {result['reapply_wall_s']['ratio_after_to_before']}); controller CPU-s {med_cpu}; tasks {tasks}")

@@ -1,39 +1,42 @@
-"""`provision apply` and `provision check`: plan → render → ansible-runner → testinfra, against hosts or a sandbox.
+"""`provision apply` and `provision check`: which hosts, then plan → render → ansible-runner → testinfra.
 
-The CLI parses arguments and prints; this module decides which hosts, renders, runs and checks.
+The CLI parses arguments, asks and prints; this module decides: which hosts and plans (`targets`,
+`check_run_targets`), whether the sandbox starts, whether the checks run after the playbook, what the block after an
+apply says (`ready_blocks`), and the exit code (provision.errors' EXIT_* constants).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+import shlex
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from provision import procs
-from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, ProvisionError, UsageError
+from provision import sandbox, state
+from provision import tunnel as tunnels_mod
+from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, ProvisionError, RunFailed, UsageError
+from provision.fleet import (
+    FleetResult,
+    Group,
+    apply_groups,
+    assign,
+    check_hosts,
+    check_targets,
+    inventory_hostvars,
+    verify_line,
+)
 from provision.models import Plan
-
-
-@dataclass(frozen=True)
-class Hosts:
-    """Where to run: an inventory (a file or a dict); sandbox names the sandbox it describes, if it is one."""
-
-    inventory: Path | dict
-    sandbox: str | None = None
+from provision.resources import share_dir
 
 
 def sandbox_release(plan: Plan) -> str:
-    from provision.sandbox import DEBIAN_CODENAMES
-
-    if plan.target.distribution != "debian" or plan.target.release not in DEBIAN_CODENAMES:
-        runnable = ", ".join(f"debian-{r}" for r in sorted(DEBIAN_CODENAMES))
+    if plan.target.distribution != "debian" or plan.target.release not in sandbox.DEBIAN_CODENAMES:
+        runnable = ", ".join(f"debian-{r}" for r in sorted(sandbox.DEBIAN_CODENAMES))
         raise UsageError(
             f"the sandbox runs {runnable} only, and this plan targets {plan.target.os_id}; "
-            f"add --os debian-{max(DEBIAN_CODENAMES)} to try the profile in a sandbox"
+            f"add --os debian-{max(sandbox.DEBIAN_CODENAMES)} to try the profile in a sandbox"
         )
     if plan.target.arch != "x86_64":
         raise UsageError(f"the sandbox runs x86_64 only, and this plan targets {plan.target.arch}")
@@ -43,8 +46,6 @@ def sandbox_release(plan: Plan) -> str:
 def ensure_sandbox(plan: Plan, name: str, *, start: bool, log=None, progress=None) -> None:
     """Start the sandbox container `name` for this plan (apply), or require that it runs (check). Which hosts an
     inventory holds is decided in provision.fleet; this only looks after the container."""
-    from provision import sandbox
-
     release = sandbox_release(plan)
     if sandbox.is_running(name):
         return
@@ -53,142 +54,186 @@ def ensure_sandbox(plan: Plan, name: str, *, start: bool, log=None, progress=Non
     sandbox.start(name, release, log=log, progress=progress)
 
 
-# Inventory variables that hold a password. testinfra's own connections cannot use them without exposing them (an SSH
-# password goes to `sshpass -p` on a command line) or at all (a become password: its `sudo` has no way to answer a
-# prompt); Ansible can, so a host with any of these is checked through Ansible's modules (slower: one `ansible` run
-# per command). Only the names are looked at, never the values.
-PASSWORD_VARS = frozenset({
-    "ansible_password", "ansible_ssh_pass", "ansible_ssh_password",
-    "ansible_become_password", "ansible_become_pass", "ansible_sudo_pass", "ansible_sudo_password",
-})
-# Connections testinfra's ansible backend opens itself (testinfra.utils.ansible_runner.get_ansible_host); any
-# other goes through Ansible.
-TESTINFRA_CONNECTIONS = frozenset({"smart", "ssh", "paramiko_ssh", "local", "docker", "community.docker.docker",
-                                   "lxc", "lxd"})
+# --- which hosts, with which plans ------------------------------------------------------------------------------
 
 
-def _truthy(value: Any) -> bool:
-    """An inventory boolean as Ansible reads it (an INI inventory gives strings)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
-    return bool(value)
+@dataclass
+class Targets:
+    """What an apply or a check runs on: every group's Plan resolved, nothing touched yet."""
+
+    groups: list[Group]
+    inventory: Path | dict[str, Any]  # as Ansible gets it: a file where it is, or a sandbox's dict
+    key: str  # the run's key in provision.state: the inventory's path, or sandbox:NAME
+    sandbox: str | None = None
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h for g in self.groups for h in g.hosts]
+
+    def where(self, given: Path | None) -> str:
+        """The hosts as the confirmation question names them (`given`: the inventory as the user wrote it)."""
+        if self.sandbox:
+            return f"sandbox container {self.sandbox}"
+        return f"{len(self.hosts)} host(s) in {given}: {', '.join(self.hosts)}"
 
 
-@dataclass(frozen=True)
-class CheckTarget:
-    """How testinfra reaches one inventory host: the --hosts value and the environment for its pytest run."""
-
-    spec: str
-    env: dict[str, str]
-    through_ansible: bool
-
-
-def check_target(host: str, hostvars: dict[str, Any], *, become_password: bool = False) -> CheckTarget:
-    """Reach `host` the way the apply did: with the inventory's connection settings, and as root because the play
-    says `become: true` (unless the inventory turns become off for the host).
-
-    testinfra's ansible backend escalates with a plain `sudo` when the inventory sets ansible_become; when the
-    inventory leaves it to the play, `?sudo=true` adds that sudo here (never both: that would be sudo inside sudo).
-    A host whose variables hold a password, or whose connection testinfra cannot open, is checked through Ansible's
-    own modules (`?force_ansible=true`), which answer sudo's prompt with the inventory's password without putting
-    it on a command line; ANSIBLE_BECOME then carries the play's `become: true`. become_password: a password was
-    given on the controller (apply --ask-become-pass): Ansible's modules too, with it in a file (run_check)."""
-    become_var = hostvars.get("ansible_become", hostvars.get("ansible_sudo"))
-    become = True if become_var is None else _truthy(become_var)
-    connection = str(hostvars.get("ansible_connection") or "ssh")
-    # testinfra reads ansible_become with Python's truth (to it the INI string "no" is true): where that differs
-    # from Ansible's reading, Ansible decides.
-    misread = isinstance(become_var, str) and _truthy(become_var) != bool(become_var)
-    if (PASSWORD_VARS & hostvars.keys() or connection not in TESTINFRA_CONNECTIONS or misread
-            or (become_password and become)):
-        return CheckTarget(f"ansible://{host}?force_ansible=true", {"ANSIBLE_BECOME": "true" if become else "false"},
-                           through_ansible=True)
-    inner_sudo = bool(hostvars.get("ansible_become", False))
-    outer_sudo = become and not inner_sudo
-    return CheckTarget(f"ansible://{host}" + ("?sudo=true" if outer_sudo else ""), {}, through_ansible=False)
+def _hosts_file(inventory: Path | None) -> Path:
+    if inventory is None:
+        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
+    if not inventory.is_file():
+        raise UsageError(f"{inventory}: inventory file not found")
+    return inventory.resolve()
 
 
-def _secrets(hostvars: dict[str, Any]) -> list[str]:
-    """The literal passwords in a host's variables, to blank out of anything printed (templates and vaulted values
-    are not secrets themselves)."""
-    return [v for k, v in hostvars.items() if k in PASSWORD_VARS and isinstance(v, str) and len(v) >= 4
-            and "{{" not in v]
+def targets(profile: Path | None, inventory: Path | None, sandbox_name: str | None, os_override: str | None,
+            limit: str | None, failed: bool, *, vault_password_file: Path | None = None,
+            indexes: dict[str, str | bool] | None = None) -> Targets:
+    """The hosts of `provision apply` (and of `provision check PROFILE`) with their Plans; every Plan resolved,
+    nothing touched. failed: only the hosts that did not succeed in the last apply on the inventory (no groups when
+    every one did)."""
+    if inventory and sandbox_name:
+        raise UsageError("give either --inventory or --sandbox, not both")
+    if sandbox_name:
+        if profile is None:
+            raise UsageError("--sandbox needs a PROFILE")
+        groups = assign({sandbox_name: {}}, profile, os_override, None, indexes=indexes)
+        sandbox_release(groups[0].plan)  # refuse an OS the sandbox cannot run before asking anything
+        # Reached over SSH like any host; the port is known once the container runs (apply starts it after asking).
+        inv = (sandbox.inventory([sandbox_name]) if sandbox.is_running(sandbox_name)
+               else {"all": {"hosts": {sandbox_name: {}}}})
+        return Targets(groups, inv, f"sandbox:{sandbox_name}", sandbox_name)
+    path = _hosts_file(inventory)
+    key = str(path)
+    hostvars = inventory_hostvars(path, limit, vault_password_file=vault_password_file)
+    if failed:
+        retry = state.failed_hosts(key)
+        if retry is None:
+            raise UsageError(f"--failed: no earlier apply on {inventory} is remembered (in {state.state_dir()})")
+        hostvars = {h: v for h, v in hostvars.items() if h in retry}
+        if not hostvars:
+            return Targets([], path, key)
+    return Targets(assign(hostvars, profile, os_override, path, indexes=indexes), path, key)
 
 
-def _redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "********")
-    return text
+def check_run_targets(profile: Path | None, inventory: Path | None, sandbox_name: str | None,
+                      os_override: str | None, limit: str | None, *,
+                      vault_password_file: Path | None = None) -> Targets:
+    """The hosts of `provision check`: against PROFILE's Plan, or without it against what each host's last apply
+    recorded (fleet.check_groups). A sandbox must be running already."""
+    if profile is None:
+        groups, inv = check_targets(inventory, sandbox_name, limit=limit, os_override=os_override,
+                                    vault_password_file=vault_password_file)
+        found = Targets(groups, inv, "", sandbox_name)
+    else:
+        found = targets(profile, inventory, sandbox_name, os_override, limit, False,
+                        vault_password_file=vault_password_file)
+    if sandbox_name:
+        ensure_sandbox(found.groups[0].plan, sandbox_name, start=False)
+        found.inventory = sandbox.inventory([sandbox_name])
+    return found
 
 
-def run_check(plan: Plan, hosts: Hosts, host: str, *, hostvars: dict[str, Any] | None = None,
-              skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
-              become_password: str | None = None, vault_password_file: Path | None = None) -> int:
-    """Run provision/checks/test_host.py with pytest-testinfra against one inventory host.
-    Returns 0 green, 1 red, 3 cannot run.
+def checks_exit_code(codes: dict[str, int]) -> int:
+    """One exit code for `provision check` on many hosts: 3 when any could not be checked, else 1 when any is red."""
+    if EXIT_EXTERNAL in codes.values():
+        return EXIT_EXTERNAL
+    return EXIT_FAILED if any(code != EXIT_OK for code in codes.values()) else EXIT_OK
 
-    Every host, a sandbox included, is reached through the inventory with testinfra's ansible:// backend
-    (connection, user, port, key and ssh arguments as the inventory gives them; see check_target for escalation).
-    hostvars: the host's inventory variables when the caller has them (else they are read from the inventory).
-    become_password (apply --ask-become-pass) reaches Ansible in a 0600 file of the run's private directory
-    (ANSIBLE_BECOME_PASSWORD_FILE), vault_password_file as ANSIBLE_VAULT_PASSWORD_FILE: neither on a command line."""
-    from provision.fleet import inventory_hostvars
-    from provision.render.ansible import render_ansible
 
-    suite = Path(__file__).resolve().parent / "checks" / "test_host.py"
-    with tempfile.TemporaryDirectory(prefix="provision-check-") as tmp:
-        # A dict (a sandbox's) is written out; a file is used where it is, so that its group_vars/, host_vars/ and
-        # an inventory plugin's file name still count.
-        files = render_ansible(plan, tmp, inventory=hosts.inventory if isinstance(hosts.inventory, dict) else None,
-                               skip_frameworks=skip_frameworks)
-        inventory = files.get("inventory")
-        if inventory is None:
-            assert not isinstance(hosts.inventory, dict)  # render_ansible wrote a dict out as files["inventory"]
-            inventory = Path(hosts.inventory).resolve()
-        if hostvars is None:
-            hostvars = inventory_hostvars(hosts.inventory, vault_password_file=vault_password_file).get(host, {})
-        target = check_target(host, hostvars, become_password=bool(become_password))
-        secret_env = {}
-        if vault_password_file:
-            secret_env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(Path(vault_password_file).resolve())
-        if become_password and target.through_ansible:
-            fd = os.open(Path(tmp) / "become-password", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(become_password)
-            secret_env["ANSIBLE_BECOME_PASSWORD_FILE"] = str(Path(tmp) / "become-password")
-        ini = Path(tmp) / "pytest.ini"
-        ini.write_text("[pytest]\n")
-        env = os.environ | target.env | secret_env | {
-            "PROVISION_CHECK_PLAN": str(files["plan"]),
-            # testinfra runs ansible-inventory (and ansible): the ones installed with this interpreter.
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            "PROVISION_CHECK_SKIP_FRAMEWORKS": "1" if skip_frameworks else "0"}
-        cmd = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", tmp, "-p", "no:cacheprovider",
-               "-v", "--tb=line", "--no-header", "--hosts", target.spec,
-               "--ansible-inventory", str(inventory), str(suite)]
-        # In a session of its own (testinfra's ssh and ansible processes with it), stopped whole on Ctrl-C or SIGTERM
-        # even from check_hosts' worker threads, and swept of anything it left when it ends (provision.procs).
-        proc = procs.run(cmd, env=env)
-    secrets = _secrets(hostvars) + ([become_password] if become_password else [])
-    stdout, stderr = _redact(proc.stdout, secrets), _redact(proc.stderr, secrets)
-    for line in stdout.splitlines():
-        if echo and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line or line.startswith(("E ", "/"))
-                     or " passed" in line or " failed" in line):
-            echo(line.split("::", 1)[-1] if "::" in line else line)
-    if proc.returncode == 0:
-        return EXIT_OK
-    if proc.returncode == 1:
-        return EXIT_FAILED
-    if echo:
-        echo(" | ".join((stderr or stdout).strip().splitlines()[-3:]))
-    return EXIT_EXTERNAL
+# --- the apply ----------------------------------------------------------------------------------------------------
+
+
+class Activity(Protocol):
+    """What the CLI shows while a phase runs: `update` the step now, `log` a line that stays."""
+
+    def update(self, text: str) -> None: ...
+
+    def log(self, line: str) -> None: ...
+
+
+class ApplyDisplay(Protocol):
+    """How run_apply reports as it goes; the CLI implements it with rich (provision.cli)."""
+
+    def phase(self, text: str) -> AbstractContextManager[Activity]: ...
+
+    def task(self, host: str, task: str, state: str, msg: str) -> None: ...
+
+    def playbook_done(self, fleet: FleetResult) -> None: ...
+
+    def check_line(self, line: str) -> None: ...
+
+
+@dataclass
+class ApplyOutcome:
+    """What an apply did and what it means for the exit code."""
+
+    fleet: FleetResult
+    inventory: Path | dict[str, Any]  # as the run used it (a sandbox's, with its SSH port, once it runs)
+    took: dict[str, float] = field(default_factory=dict)  # "started": monotonic clock; else seconds per phase
+    codes: dict[str, int] | None = None  # provision check per host; {}: not run (the playbook failed); None: skipped
+    check_skipped: str = ""  # why provision check did not run after a playbook that succeeded, when not asked
+    exit_code: int = EXIT_OK
+    error: ProvisionError | None = None  # to report as the last line (a red check)
+
+
+def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, diff: bool = False,
+              tags: str | None = None, skip_frameworks: bool = False, no_check: bool = False,
+              become_password: str | None = None, vault_password_file: Path | None = None) -> ApplyOutcome:
+    """Start the sandbox (if it is one), run the playbook on every host, then `provision check` on them unless
+    --no-check, --check or --tags say otherwise. Exit: the playbook's (0 ok, 1 a host failed, 3 unreachable), then the
+    checks' (1 red, 3 could not run)."""
+    took: dict[str, float] = {"started": time.monotonic()}
+    inventory = found.inventory
+    if found.sandbox:
+        with display.phase(f"starting sandbox {found.sandbox}") as activity:
+            ensure_sandbox(found.groups[0].plan, found.sandbox, start=True, log=activity.log,
+                           progress=activity.update)
+        took["sandbox start"] = time.monotonic() - took["started"]
+        inventory = sandbox.inventory([found.sandbox])
+    sandboxes = [found.sandbox] if found.sandbox else [
+        h for g in found.groups for h in g.hosts if g.hostvars.get(h, {}).get("provision_sandbox")]
+    with display.phase("starting ansible-playbook") as activity:
+
+        def on_start(task: str) -> None:
+            if task.startswith("wheelhouse:"):  # the controller downloads the plan's wheels once (minutes, first time)
+                took.setdefault("wheels from", time.monotonic())
+                activity.log(task)
+                activity.update("downloading wheels into the wheelhouse")
+                return
+            if "wheels from" in took and "wheel downloads" not in took:
+                took["wheel downloads"] = time.monotonic() - took["wheels from"]
+            activity.update(f"running: {task}")
+
+        fleet = apply_groups(found.groups, inventory, found.key, check=check, diff=diff, tags=tags,
+                             skip_frameworks=skip_frameworks, on_task=display.task, on_start=on_start,
+                             sandboxes=sandboxes, become_password=become_password,
+                             vault_password_file=vault_password_file)
+    took["Ansible"] = fleet.seconds
+    display.playbook_done(fleet)
+    outcome = ApplyOutcome(fleet, inventory, took)
+    if fleet.exit_code != EXIT_OK:
+        outcome.codes, outcome.exit_code = {}, fleet.exit_code
+        return outcome
+    if no_check or check or tags:
+        if tags and not (no_check or check):
+            outcome.check_skipped = "--tags applied part of the plan"
+        return outcome
+    started = time.monotonic()
+    with display.phase(f"provision check on {len(found.hosts)} host(s)"):
+        codes = check_hosts(found.groups, inventory, found.hosts, skip_frameworks=skip_frameworks,
+                            echo=display.check_line, become_password=become_password,
+                            vault_password_file=vault_password_file)
+    took["checks"] = time.monotonic() - started
+    outcome.codes, outcome.exit_code = codes, checks_exit_code(codes)
+    if outcome.exit_code == EXIT_FAILED:
+        bad = ", ".join(h for h, c in sorted(codes.items()) if c)
+        outcome.error = RunFailed(f"provision check failed after apply on {bad} (see the failed checks above)")
+    return outcome
 
 
 def ssh_command(host: str, hostvars: dict) -> list[str] | None:
     """The ssh command line that reaches `host` as the inventory does (address, port, user, key, options), None for a
     host Ansible does not reach over SSH."""
-    import shlex
-
     if hostvars.get("ansible_connection", "ssh") not in ("ssh", "ansible.builtin.ssh", "paramiko"):
         return None
     cmd = ["ssh"]
@@ -256,10 +301,6 @@ def jupyter_access(plan: Plan, hosts: list[str], hostvars: dict[str, dict], *, t
     """For each host: a tunnel from a free local port (a distinct one per host) to its Jupyter, and the URL that
     opens JupyterLab here with the token read over SSH (provision.tunnel). A host Ansible does not reach over SSH,
     or whose Jupyter does not bind the loopback, gets where its server answers and how to read the token."""
-    import shlex
-
-    from provision import tunnel as tunnels_mod
-
     found: list[JupyterAccess] = []
     if not plan.jupyter.enabled:
         return found
@@ -303,3 +344,43 @@ def host_summaries(plan: Plan, hosts: list[str], hostvars: dict[str, dict]) -> l
     for a in jupyter_access(plan, hosts, hostvars, tunnels=False):
         lines.append(f"{a.host}: jupyter: {a.where}, token: {a.token_hint}")
     return lines
+
+
+def ready_blocks(groups: list[Group], fleet: FleetResult, inventory: Path | dict[str, Any],
+                 codes: dict[str, int] | None, *, skip_frameworks: bool) -> tuple[list[list[str]], bool]:
+    """(blocks, whether a token is shown) of what a person reads after an apply: per host that succeeded, what it
+    has (versions), the verifier's and the checks' verdicts, and the URL that opens its JupyterLab in a browser on
+    this machine (through an SSH tunnel started here and recorded; provision.tunnel), with how to stop that tunnel.
+    codes: provision check per host ({}: not run; None: no `checked` line)."""
+    blocks: list[list[str]] = []
+    shown_token = False
+    for group in groups:
+        ok = [h for h in group.hosts if fleet.hosts[h].result == "ok"]
+        reach = inventory["all"]["hosts"] if isinstance(inventory, dict) else group.hostvars
+        access = {a.host: a for a in jupyter_access(group.plan, ok, reach)}
+        for host in ok:
+            record = state.read_record(host) or {}
+            lines = [f"{host}: ready ({group.profile}, {group.plan.target.os_id})",
+                     f"  installed   {installed_line(group.plan, record.get('installed'), skip_frameworks=skip_frameworks)}",
+                     f"  verified    {verify_line(fleet.hosts[host].verify)}"]
+            if codes is not None:
+                code = codes.get(host)
+                lines.append("  checked     " + ("provision check passed (lines above)" if code == EXIT_OK else
+                                                 "provision check FAILED (lines above)" if code == EXIT_FAILED else
+                                                 "provision check could not run (line above)" if code else "not run"))
+            a = access.get(host)
+            if a is not None and a.url:
+                shown_token = True
+                lines.append(f"  JupyterLab  {a.url}")
+            elif a is not None:
+                lines.append(f"  JupyterLab  {a.where}" + (f" (no tunnel: {a.problem})" if a.problem else ""))
+                lines.append(f"  token       {a.token_hint}")
+            if a is not None and a.tunnel is not None:
+                t = a.tunnel
+                in_sandbox = bool(reach.get(host, {}).get("provision_sandbox"))
+                lines.append(f"  tunnel      ssh (pid {t.pid}) forwards 127.0.0.1:{t.local_port} here to its Jupyter; "
+                             f"stop it with `provision tunnel stop {host}`"
+                             + (f" (`provision sandbox down {host}` removes the host and its tunnel)"
+                                if in_sandbox else ""))
+            blocks.append(lines)
+    return blocks, shown_token

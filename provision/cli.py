@@ -11,15 +11,40 @@ import json
 import re
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 
-from provision import __version__
-from provision.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED, Problem, ProvisionError
-from provision.procs import guarded
+from provision import __version__, state
+from provision.compat import load_db
+from provision.drift import host_differences, plan_differences
+from provision.errors import (
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    Problem,
+    ProfileError,
+    ProvisionError,
+    UsageError,
+)
+from provision.loader import load_profile, parse_index_overrides
+from provision.models import Profile
+from provision.pipeline import plan_for, plan_from
+from provision.procs import Terminated, guarded
+from provision.report import gpu_rows, plan_json, plan_text
+from provision.resolver import resolve
+
+# Everything `provision plan` needs is imported here. What only other commands need is imported in them, because
+# each would add to every command's start-up (bench/plan_cold_start.py; python -X importtime on top of what `plan`
+# imports, 2026-11-23, 2 cores): provision.apply/fleet with Ansible's runner and the renderer +140 ms, rich's
+# console/table/progress +50-110 ms each, provision.runners.docker +90 ms (the Docker SDK a further 160 ms, imported
+# only when a build talks to the engine), provision.render.ansible +50 ms, provision.sandbox +18 ms, provision.doctor
+# +11 ms, provision.vm +10 ms, provision.tunnel +5 ms, provision.costs +4.5 ms, provision.verify.controller.
 
 app = typer.Typer(
     help="From a hardware profile to a verified GPU deep-learning environment.",
@@ -68,8 +93,6 @@ IndexOpt = Annotated[
 
 def _indexes(values: list[str] | None) -> dict[str, str | bool] | None:
     """--index options -> {name: URL or False} (people's errors for bad ones), None when none was given."""
-    from provision.loader import parse_index_overrides
-
     return parse_index_overrides(values) or None
 
 
@@ -87,8 +110,6 @@ def handle_errors(fn: F) -> F:
                 err.print(f"error: {line}", markup=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as exc:
-            from provision.procs import Terminated
-
             if isinstance(exc, Terminated):  # SIGTERM (`kill`, systemd, a CI runner's timeout): as Ctrl-C
                 err.print("terminated (SIGTERM): the run was stopped and nothing it started is left running; run the "
                           "same command again to converge", markup=False)
@@ -128,10 +149,6 @@ def validate(
     os_override: OsOpt = None,
 ) -> None:
     """Check profiles: YAML, keys, types, known GPU/OS/instance. One line per problem; exit 2 if any."""
-    from provision.compat import load_db
-    from provision.errors import ProfileError
-    from provision.loader import load_profile
-
     db = load_db()
     problems: list[str] = []
     for path in profiles:
@@ -158,9 +175,6 @@ def plan(
     index: IndexOpt = None,
 ) -> None:
     """Resolve a profile into a concrete stack (driver, CUDA, cuDNN, Python, frameworks, Jupyter)."""
-    from provision.pipeline import plan_for
-    from provision.report import plan_json, plan_text
-
     result = plan_for(profile, os_override=os_override, indexes=_indexes(index))
     if diff_against is not None:
         _diff_against(result, diff_against, as_json)
@@ -184,10 +198,6 @@ def _print_wrapped(line: str) -> None:
 
 
 def _diff_against(result: Any, host: str, as_json: bool) -> None:
-    from provision import state
-    from provision.drift import host_differences, plan_differences
-    from provision.errors import UsageError
-
     record = state.read_record(host)
     if record is None:
         known = ", ".join(state.known_hosts()) or "none yet"
@@ -205,22 +215,17 @@ def _diff_against(result: Any, host: str, as_json: bool) -> None:
         for line in lines or ["no differences: the host has what this plan decides"]:
             out.print(line, markup=False)
     if lines:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
 @handle_errors
 def gpus(as_json: JsonOpt = False) -> None:
     """List the GPUs the database knows, with compute capability, peaks and the driver branches that drive them."""
-    from provision.compat import load_db
-    from provision.report import gpu_rows
-
     rows = gpu_rows(load_db())
     if as_json:
         print_json(rows)
         return
-    from typing import cast
-
     from rich.console import JustifyMethod
     from rich.table import Table
 
@@ -245,10 +250,7 @@ def compare(
     as_json: JsonOpt = False,
 ) -> None:
     """Compare machines: GPU, VRAM, FP32 peak, price, and break-even hours between owning and renting."""
-    from provision.compat import load_db
     from provision.costs import compare_pairs, cost_line
-    from provision.loader import load_profile
-    from provision.resolver import resolve
 
     db = load_db()
     lines = []
@@ -286,8 +288,6 @@ def compare(
 @handle_errors
 def schema() -> None:
     """Print the JSON Schema of a profile (point your editor's YAML language server at it)."""
-    from provision.models import Profile
-
     print_json(Profile.model_json_schema())
 
 # --- apply, render, check (provision.render, provision.runners.ansible, provision.check) ------------------------
@@ -319,7 +319,6 @@ def render(
 ) -> None:
     """Write a directory that runs on its own: playbook, role variables, inventory, ansible.cfg, plan.json, the
     Dockerfile, and a README with the exact ansible-playbook and docker build commands."""
-    from provision.pipeline import plan_for
     from provision.render.ansible import render_ansible, write_standalone
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
@@ -357,46 +356,6 @@ OptProfileArg = Annotated[
 ]
 
 
-def _targets(profile: Path | None, inventory: Path | None, sandbox: str | None, os_override: str | None,
-             limit: str | None, failed: bool, *, vault_password_file: Path | None = None,
-             indexes: dict[str, str | bool] | None = None):
-    """(groups, inventory for Ansible, key of the run) for apply and check; every Plan resolved, nothing touched."""
-    from provision import state
-    from provision.apply import sandbox_release
-    from provision.errors import UsageError
-    from provision.fleet import assign, inventory_hostvars
-
-    if inventory and sandbox:
-        raise UsageError("give either --inventory or --sandbox, not both")
-    if sandbox:
-        if profile is None:
-            raise UsageError("--sandbox needs a PROFILE")
-        from provision import sandbox as sandboxes
-
-        groups = assign({sandbox: {}}, profile, os_override, None, indexes=indexes)
-        sandbox_release(groups[0].plan)  # refuse an OS the sandbox cannot run before asking anything
-        # Reached over SSH like any host; the port is known once the container runs (apply starts it after asking).
-        inv = sandboxes.inventory([sandbox]) if sandboxes.is_running(sandbox) else {"all": {"hosts": {sandbox: {}}}}
-        return groups, inv, f"sandbox:{sandbox}"
-    if inventory is None:
-        from provision.resources import share_dir
-
-        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
-    if not inventory.is_file():
-        raise UsageError(f"{inventory}: inventory file not found")
-    inventory = inventory.resolve()
-    key = str(inventory)
-    hostvars = inventory_hostvars(inventory, limit, vault_password_file=vault_password_file)
-    if failed:
-        retry = state.failed_hosts(key)
-        if retry is None:
-            raise UsageError(f"--failed: no earlier apply on {inventory} is remembered (in {state.state_dir()})")
-        hostvars = {h: v for h, v in hostvars.items() if h in retry}
-        if not hostvars:
-            return [], inventory, key
-    return assign(hostvars, profile, os_override, inventory, indexes=indexes), inventory, key
-
-
 @app.command()
 @handle_errors
 @guarded  # SIGTERM as Ctrl-C; nothing this command started outlives it (provision.procs)
@@ -425,108 +384,92 @@ def apply(
     Exit 0 every host ok, 1 a host failed (or its check), 2 refused (another apply runs on these hosts), 3 a host was
     unreachable, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
-    from provision.apply import ensure_sandbox
-    from provision.errors import RunFailed, UsageError
-    from provision.fleet import apply_groups, check_hosts
-    from provision.report import plan_text
+    from provision.apply import run_apply, targets
 
-    groups, inv, key = _targets(profile, inventory, sandbox, os_override, limit, failed,
-                                vault_password_file=vault_password_file, indexes=_indexes(index))
-    if not groups:
+    found = targets(profile, inventory, sandbox, os_override, limit, failed, vault_password_file=vault_password_file,
+                    indexes=_indexes(index))
+    if not found.groups:
         out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
         return
-    for group in groups:
-        if len(groups) > 1:
+    for group in found.groups:
+        if len(found.groups) > 1:
             out.print(f"== {group.profile}" + (f" --os {group.os}" if group.os else "") + f": {', '.join(group.hosts)}",
                       markup=False)
         for line in plan_text(group.plan):
             out.print(line, markup=False)
-    all_hosts = [h for g in groups for h in g.hosts]
-    where = f"sandbox container {sandbox}" if sandbox else f"{len(all_hosts)} host(s) in {inventory}: {', '.join(all_hosts)}"
     if not yes and not check:
-        if not sys.stdin.isatty():
-            raise UsageError(f"apply changes {where}; not a terminal, so pass --yes to confirm (nothing was changed)")
-        if not typer.confirm(f"apply to {where}?", default=False):
-            raise UsageError("not confirmed; nothing was changed")
-    become_password = None
-    if ask_become_pass:
-        become_password = typer.prompt("BECOME password", hide_input=True, default="", show_default=False)
-    import time
+        _confirm(found.where(inventory))
+    become_password = _become_password() if ask_become_pass else None
+    outcome = run_apply(found, _ApplyDisplay(check=check, skip_frameworks=skip_frameworks, timings=timings,
+                                             frameworks=any(g.plan.frameworks for g in found.groups)),
+                        check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks, no_check=no_check,
+                        become_password=become_password, vault_password_file=vault_password_file)
+    if outcome.check_skipped:
+        out.print(f"check skipped: {outcome.check_skipped}", markup=False)
+    if not check:
+        _print_ready(found.groups, outcome, skip_frameworks=skip_frameworks)
+    if outcome.fleet.exit_code != EXIT_OK:
+        _print_failed_apply_hints(check=check, inventory=inventory)
+    if outcome.error is not None:
+        raise outcome.error
+    raise typer.Exit(outcome.exit_code)
 
-    took: dict[str, float] = {"started": time.monotonic()}
-    if sandbox:
-        from provision.sandbox import inventory as sandbox_inventory
 
-        with _Activity(err, f"starting sandbox {sandbox}") as activity:
-            ensure_sandbox(groups[0].plan, sandbox, start=True, log=activity.log, progress=activity.update)
-        took["sandbox start"] = time.monotonic() - took["started"]
-        inv = sandbox_inventory([sandbox])
-    styles = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red", "skipped": "dim"}
+def _confirm(where: str) -> None:
+    """Ask before changing hosts; off a terminal, refuse without --yes."""
+    if not sys.stdin.isatty():
+        raise UsageError(f"apply changes {where}; not a terminal, so pass --yes to confirm (nothing was changed)")
+    if not typer.confirm(f"apply to {where}?", default=False):
+        raise UsageError("not confirmed; nothing was changed")
 
-    def on_task(host: str, task: str, state: str, msg: str) -> None:
+
+def _become_password() -> str | None:
+    return typer.prompt("BECOME password", hide_input=True, default="", show_default=False) or None
+
+
+def _print_failed_apply_hints(*, check: bool, inventory: Path | None) -> None:
+    if check:
+        err.print("note: --check installs nothing; a role that needs what an earlier step installs says what it "
+                  "cannot predict and stops (lines above); a step that failed here would fail in a real apply",
+                  markup=False)
+    if inventory:
+        err.print(f"retry the hosts that did not succeed: provision apply ... -i {inventory} --failed", markup=False)
+
+
+class _ApplyDisplay:
+    """provision.apply.ApplyDisplay on the terminal: a spinner per phase, each task's result on stderr, the summary
+    table after the playbook, the checks' lines on stdout."""
+
+    STYLES = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red", "skipped": "dim"}
+
+    def __init__(self, *, check: bool, skip_frameworks: bool, timings: bool, frameworks: bool) -> None:
+        self.check, self.skip_frameworks, self.timings, self.frameworks = check, skip_frameworks, timings, frameworks
+
+    def phase(self, text: str) -> _Activity:
+        return _Activity(err, text)
+
+    def task(self, host: str, task: str, state: str, msg: str) -> None:
         if state == "skipped":
             return
         text = f"{host}  {state:<11} {task}" + (f": {msg}" if msg else "")
-        err.print(text, style=styles.get(state), markup=False, highlight=False)
+        err.print(text, style=self.STYLES.get(state), markup=False, highlight=False)
 
-    sandboxes = [sandbox] if sandbox else [h for g in groups for h in g.hosts if g.hostvars.get(h, {}).get("provision_sandbox")]
+    def check_line(self, line: str) -> None:
+        out.print(line, markup=False)
 
-    def on_start(task: str) -> None:
-        if task.startswith("wheelhouse:"):  # the controller downloads the plan's wheels once (minutes, first time)
-            took.setdefault("wheels from", time.monotonic())
-            activity.log(task)
-            activity.update("downloading wheels into the wheelhouse")
-            return
-        if "wheels from" in took and "wheel downloads" not in took:
-            took["wheel downloads"] = time.monotonic() - took["wheels from"]
-        activity.update(f"running: {task}")
-
-    with _Activity(err, "starting ansible-playbook") as activity:
-        fleet = apply_groups(groups, inv, key, check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks,
-                             on_task=on_task, on_start=on_start,
-                             sandboxes=sandboxes, become_password=become_password,
-                             vault_password_file=vault_password_file)
-    took["Ansible"] = fleet.seconds
-    print_apply_summary(fleet, check=check, out=out, err=err)
-    counts = {res: sum(1 for r in fleet.hosts.values() if r.result == res) for res in
-              ("ok", "failed", "unreachable", "not run")}
-    out.print(f"ansible-playbook {fleet.status} in {_duration(fleet.seconds)}, changed={fleet.changed}; "
-              + ", ".join(f"{n} {res}" for res, n in counts.items() if n), markup=False)
-    if skip_frameworks and any(g.plan.frameworks for g in groups):
-        out.print("frameworks skipped (--skip-frameworks)", markup=False)
-    if timings:
-        slowest = sorted(fleet.task_seconds.items(), key=lambda kv: -kv[1])[:12]
-        out.print(f"slowest steps ({sum(fleet.task_seconds.values()):.1f} s of steps in all):", markup=False)
-        for task, seconds in slowest:
-            out.print(f"  {seconds:7.2f} s  {task}", markup=False)
-    if fleet.exit_code != 0 and not check:
-        _print_ready(groups, fleet, inv, {}, skip_frameworks=skip_frameworks, took=took)
-    if fleet.exit_code != 0:
-        if check:
-            err.print("note: --check installs nothing; a role that needs what an earlier step installs says what it "
-                      "cannot predict and stops (lines above); a step that failed here would fail in a real apply",
-                      markup=False)
-        if inventory:
-            err.print(f"retry the hosts that did not succeed: provision apply ... -i {inventory} --failed", markup=False)
-        raise typer.Exit(fleet.exit_code)
-    if no_check or check or tags:
-        if tags and not (no_check or check):
-            out.print("check skipped: --tags applied part of the plan", markup=False)
-        if not check:
-            _print_ready(groups, fleet, inv, None, skip_frameworks=skip_frameworks, took=took)
-        return
-    started = time.monotonic()
-    with _Activity(err, f"provision check on {len(all_hosts)} host(s)"):
-        codes = check_hosts(groups, inv, all_hosts, skip_frameworks=skip_frameworks,
-                            echo=lambda s: out.print(s, markup=False), become_password=become_password,
-                            vault_password_file=vault_password_file)
-    took["checks"] = time.monotonic() - started
-    _print_ready(groups, fleet, inv, codes, skip_frameworks=skip_frameworks, took=took)
-    if any(c == 3 for c in codes.values()):
-        raise typer.Exit(3)
-    if any(codes.values()):
-        bad = ", ".join(h for h, c in sorted(codes.items()) if c)
-        raise RunFailed(f"provision check failed after apply on {bad} (see the failed checks above)")
+    def playbook_done(self, fleet: Any) -> None:
+        print_apply_summary(fleet, check=self.check, out=out, err=err)
+        counts = {res: sum(1 for r in fleet.hosts.values() if r.result == res) for res in
+                  ("ok", "failed", "unreachable", "not run")}
+        out.print(f"ansible-playbook {fleet.status} in {_duration(fleet.seconds)}, changed={fleet.changed}; "
+                  + ", ".join(f"{n} {res}" for res, n in counts.items() if n), markup=False)
+        if self.skip_frameworks and self.frameworks:
+            out.print("frameworks skipped (--skip-frameworks)", markup=False)
+        if self.timings:
+            slowest = sorted(fleet.task_seconds.items(), key=lambda kv: -kv[1])[:12]
+            out.print(f"slowest steps ({sum(fleet.task_seconds.values()):.1f} s of steps in all):", markup=False)
+            for task, seconds in slowest:
+                out.print(f"  {seconds:7.2f} s  {task}", markup=False)
 
 
 def _duration(seconds: float) -> str:
@@ -547,7 +490,8 @@ class _Activity:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         console = self._console
-        console.width  # noqa: B018 - makes the lazy console's rich Console
+        if not console.is_terminal:  # a pipe or a log: no spinner, and no blank line where it was
+            return self
         self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
                                   console=console._console, transient=True)
         self._progress.start()
@@ -556,6 +500,8 @@ class _Activity:
 
     def update(self, text: str) -> None:
         """A new step: its text, and its time counted from now."""
+        if self._progress is None:
+            return
         text = " ".join(text.split())
         width = max(20, self._console.width - 16)
         self._progress.reset(self._task, description=text if len(text) <= width else text[:width - 1] + "…")
@@ -564,50 +510,17 @@ class _Activity:
         self._console.print(line, markup=False, highlight=False)
 
     def __exit__(self, *exc: Any) -> None:
-        self._progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
 
-def _print_ready(groups: list[Any], fleet: Any, inv: Any, codes: dict[str, int] | None, *, skip_frameworks: bool,
-                 took: dict[str, float]) -> None:
-    """The block a person reads after an apply, last on the screen: per host that succeeded, what it has (versions),
-    the verifier's and the checks' verdicts, and the URL that opens its JupyterLab in a browser on this machine
-    (through an SSH tunnel this command starts and records; provision.tunnel), with how to stop that tunnel."""
-    import time
+def _print_ready(groups: list[Any], outcome: Any, *, skip_frameworks: bool) -> None:
+    """The block a person reads after an apply, last on the screen (provision.apply.ready_blocks), then how long
+    each phase took."""
+    from provision.apply import ready_blocks
 
-    from provision import state
-    from provision.apply import installed_line, jupyter_access
-    from provision.fleet import verify_line
-
-    blocks: list[list[str]] = []
-    shown_token = False
-    for group in groups:
-        ok = [h for h in group.hosts if fleet.hosts[h].result == "ok"]
-        reach = inv["all"]["hosts"] if isinstance(inv, dict) else group.hostvars
-        access = {a.host: a for a in jupyter_access(group.plan, ok, reach)}
-        for host in ok:
-            record = state.read_record(host) or {}
-            lines = [f"{host}: ready ({group.profile}, {group.plan.target.os_id})",
-                     f"  installed   {installed_line(group.plan, record.get('installed'), skip_frameworks=skip_frameworks)}",
-                     f"  verified    {verify_line(fleet.hosts[host].verify)}"]
-            if codes is not None:
-                code = codes.get(host)
-                lines.append("  checked     " + ("provision check passed (lines above)" if code == 0 else
-                                                 "provision check FAILED (lines above)" if code == 1 else
-                                                 "provision check could not run (line above)" if code else "not run"))
-            a = access.get(host)
-            if a is not None and a.url:
-                shown_token = True
-                lines.append(f"  JupyterLab  {a.url}")
-            elif a is not None:
-                lines.append(f"  JupyterLab  {a.where}" + (f" (no tunnel: {a.problem})" if a.problem else ""))
-                lines.append(f"  token       {a.token_hint}")
-            if a is not None and a.tunnel is not None:
-                t = a.tunnel
-                sandbox = bool(reach.get(host, {}).get("provision_sandbox"))
-                lines.append(f"  tunnel      ssh (pid {t.pid}) forwards 127.0.0.1:{t.local_port} here to its Jupyter; "
-                             f"stop it with `provision tunnel stop {host}`"
-                             + (f" (`provision sandbox down {host}` removes the host and its tunnel)" if sandbox else ""))
-            blocks.append(lines)
+    blocks, shown_token = ready_blocks(groups, outcome.fleet, outcome.inventory, outcome.codes,
+                                       skip_frameworks=skip_frameworks)
     if not blocks:
         return
     out.print("", markup=False)
@@ -617,6 +530,7 @@ def _print_ready(groups: list[Any], fleet: Any, inv: Any, codes: dict[str, int] 
     if shown_token:
         _print_wrapped("The URL holds the host's Jupyter token, shown here because this is your own machine; "
                        "provision writes it to no file, log or record.")
+    took = outcome.took
     total = time.monotonic() - took["started"]
     parts = [f"{name} {_duration(sec)}" for name, sec in took.items() if name not in ("started", "wheels from")]
     _print_wrapped(f"took {_duration(total)}: " + ", ".join(parts)
@@ -670,27 +584,15 @@ def check_hosts_cmd(
     """Check hosts against their plans with testinfra: packages, environment, Jupyter (exit 0 green, 1 red, 3 cannot run).
 
     Without PROFILE each host is checked against the plan and options its last `provision apply` recorded here."""
-    from provision.apply import ensure_sandbox
-    from provision.fleet import check_hosts, check_targets
+    from provision.apply import check_run_targets, checks_exit_code
+    from provision.fleet import check_hosts
 
-    if profile is None:
-        groups, inv = check_targets(inventory, sandbox, limit=limit, os_override=os_override,
-                                    vault_password_file=vault_password_file)
-    else:
-        groups, inv, _ = _targets(profile, inventory, sandbox, os_override, limit, False,
-                                  vault_password_file=vault_password_file)
-    if sandbox:
-        from provision.sandbox import inventory as sandbox_inventory
-
-        ensure_sandbox(groups[0].plan, sandbox, start=False)
-        inv = sandbox_inventory([sandbox])
-    become_password = None
-    if ask_become_pass:
-        become_password = typer.prompt("BECOME password", hide_input=True, default="", show_default=False)
-    codes = check_hosts(groups, inv, [h for g in groups for h in g.hosts], skip_frameworks=skip_frameworks,
-                        echo=lambda s: out.print(s, markup=False), become_password=become_password or None,
+    found = check_run_targets(profile, inventory, sandbox, os_override, limit, vault_password_file=vault_password_file)
+    become_password = _become_password() if ask_become_pass else None
+    codes = check_hosts(found.groups, found.inventory, found.hosts, skip_frameworks=skip_frameworks,
+                        echo=lambda s: out.print(s, markup=False), become_password=become_password,
                         vault_password_file=vault_password_file)
-    raise typer.Exit(3 if 3 in codes.values() else (1 if any(codes.values()) else 0))
+    raise typer.Exit(checks_exit_code(codes))
 
 # --- throwaway hosts (provision.sandbox) -------------------------------------------------------------------------
 sandbox_app = typer.Typer(help="Throwaway Debian containers to apply to: one host, or a fleet with an inventory.",
@@ -714,7 +616,6 @@ def sandbox_up(
     """Start stock Debian hosts in containers (sshd, an admin account with sudo and a key, Debian's default sources)
     and write an inventory for them."""
     from provision import sandbox
-    from provision.errors import UsageError
     from provision.render.ansible import write_yaml
 
     release = os_name.removeprefix("debian-")
@@ -742,7 +643,6 @@ def sandbox_up(
 def _vm_up(names: list[str], release: str, os_name: str, output: Path | None, profile: str | None,
            connection: str) -> None:
     from provision import sandbox, vm
-    from provision.errors import UsageError
     from provision.render.ansible import write_yaml
 
     if connection != "ssh":
@@ -838,7 +738,7 @@ def build(
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
 
-    plan = with_base_image(runner.plan_from(profile, os, indexes=_indexes(index)), base_image)
+    plan = with_base_image(plan_from(profile, os, indexes=_indexes(index)), base_image)
     dockerfile = render_dockerfile(plan, profile, skip_frameworks=skip_frameworks)
     image_tag = tag or runner.default_tag(plan, skip_frameworks=skip_frameworks)
     with err.status(f"building {image_tag}") as status:
@@ -948,7 +848,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(EXIT_INTERRUPTED)
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -69,6 +69,10 @@ class Branch(_Row):
     min_cc: str
     max_cc: str
 
+    def drives(self, gpu: GPU) -> bool:
+        """Whether this driver branch supports the GPU's compute capability."""
+        return V(self.min_cc) <= V(gpu.cc) <= V(self.max_cc)
+
 
 class Cudnn(_Row):
     version: str

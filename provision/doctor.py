@@ -13,10 +13,18 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from provision.errors import UsageError
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+
+from provision.compat import load_db
+from provision.errors import ProvisionError, UsageError
+from provision.loader import load_profile
+from provision.models import Profile
+from provision.resources import share_dir
 
 NVIDIA_SMI_QUERY = ["--query-gpu=name,compute_cap,driver_version,memory.total", "--format=csv,noheader,nounits"]
 # ISA extensions worth recording in a profile (what framework wheels are built against); the rest of /proc/cpuinfo's
@@ -223,8 +231,6 @@ def _canonical_gpu(name: str, db: Any) -> str:
 
 def _load_db() -> Any:
     try:
-        from provision.compat import load_db
-
         return load_db()
     except Exception:  # no database in this installation, or broken: match on names alone
         return None
@@ -232,8 +238,6 @@ def _load_db() -> Any:
 
 def shipped_profiles(directory: Path | None = None) -> list[tuple[Path, Any]]:
     """(path, Profile) of every profile YAML shipped with provision; unreadable ones are left out."""
-    from provision.resources import share_dir
-
     try:
         directory = directory or share_dir("profiles")
     except FileNotFoundError:
@@ -247,9 +251,6 @@ def shipped_profiles(directory: Path | None = None) -> list[tuple[Path, Any]]:
 
 
 def _load_profile(path: Path) -> Any:
-    from provision.errors import ProvisionError
-    from provision.loader import load_profile
-
     try:
         return load_profile(path)
     except ProvisionError:  # a profile that does not load is reported by `provision plan`, not by doctor
@@ -474,13 +475,6 @@ def _same_release(a: str, b: str) -> bool:
 
 def write_profile(machine: Machine, path: Path, name: str | None = None) -> Path:
     """Write a profile YAML for `machine`, validated by the same model the loader uses."""
-    from io import StringIO
-
-    from pydantic import ValidationError
-    from ruamel.yaml import YAML
-
-    from provision.models import Profile
-
     data = profile_dict(machine, name or path.stem)
     try:
         Profile.model_validate(data)

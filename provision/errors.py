@@ -6,6 +6,7 @@ where (file:line:column), what (field path and value), why, and what to do next.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 
 # Exit codes, documented in README.md ("Exit codes"). Keep in sync.
@@ -23,8 +24,6 @@ SHOW_CHARS = 200  # the most of a value an error line repeats: enough to recogni
 def printable(text: str) -> str:
     """`text` with control and format characters escaped (newline as \\n, ESC as \\x1b, U+202E as \\u202e): an
     error line stays one line, and escape sequences from a file never reach the terminal raw."""
-    import unicodedata
-
     out = []
     for ch in text:
         if ch in "\n\r\t":

@@ -15,14 +15,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from provision import procs, sandbox, state
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, ProvisionError, RunnerError, UsageError
 from provision.models import Plan
+from provision.pipeline import display_path, plan_for
+from provision.render.ansible import plan_digest, render_fleet
+from provision.resources import share_dir
+from provision.runners.ansible import run_playbook
+from provision.runners.testinfra import run_check
 from provision.state import StateError, write_record
 
 PROFILE_VAR = "provision_profile"
@@ -138,8 +148,6 @@ def inventory_hostvars(inventory: Path | dict[str, Any], limit: str | None = Non
 
 def find_profile(value: str, inventory: Path | None) -> Path:
     """A provision_profile value: a path (relative to the inventory's folder, then to here) or a shipped name."""
-    from provision.resources import share_dir
-
     candidates = []
     raw = Path(value)
     if raw.is_absolute():
@@ -160,9 +168,6 @@ def find_profile(value: str, inventory: Path | None) -> Path:
 def profile_label(value: str, path: Path) -> str:
     """A provision_profile value as the summary shows it: a shipped profile by the name the user wrote (`deskmini`,
     not the path inside the installed package), any other file as pipeline.display_path gives it."""
-    from provision.pipeline import display_path
-    from provision.resources import share_dir
-
     if "/" not in value and path.resolve().parent == share_dir("profiles").resolve():
         return value
     return display_path(path)
@@ -172,8 +177,6 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
            inventory: Path | None, *, indexes: dict[str, Any] | None = None) -> list[Group]:
     """Group the hosts by (profile, OS) and resolve each group's Plan. Any refusal stops here, before any host is
     touched, and names the hosts it concerns."""
-    from provision.pipeline import display_path, plan_for
-
     if not hostvars:
         raise UsageError(f"{inventory or 'the inventory'}: no hosts to apply to (check the inventory and --limit)")
     keyed: dict[tuple[str, str | None], list[str]] = {}
@@ -252,12 +255,6 @@ def apply_groups(
     vault_password_file: Path | None = None,
 ) -> FleetResult:
     """Render one playbook for every group and run it once. Records what each host got on the controller."""
-    import tempfile
-
-    from provision import procs, state
-    from provision.render.ansible import plan_digest, render_fleet
-    from provision.runners.ansible import run_playbook
-
     targets = {h: g for g in groups for h in g.hosts}
     fleet = FleetResult(groups=groups)
     record_failed: StateError | None = None
@@ -268,11 +265,9 @@ def apply_groups(
     locks |= {f"host-{state.run_key(h)}.lock": f"host {h}" for h in targets}
     with procs.exclusive(locks, directory=state.state_dir() / "locks"):
         if sandboxes:  # sandbox hosts share the controller's wheelhouse: fill it once for every plan
-            from provision.sandbox import fill_wheelhouse
-
             for group in groups:
                 if set(group.hosts) & set(sandboxes):
-                    fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=on_start)
+                    sandbox.fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=on_start)
         single = len(groups) == 1
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = keep_dir or Path(tmp)
@@ -400,10 +395,6 @@ def check_groups(hostvars: dict[str, dict[str, Any]], inventory: Path | None, *,
     `provision apply` recorded on this controller (provision.state). A host with no record is checked against its
     inventory's provision_profile (with --os, as apply would plan it); a host with neither is refused by name before
     anything is touched."""
-    from pydantic import ValidationError
-
-    from provision import state
-
     where = inventory or "the inventory"
     if not hostvars:
         raise UsageError(f"{where}: no hosts to check (check the inventory and --limit)")
@@ -440,22 +431,19 @@ def check_groups(hostvars: dict[str, dict[str, Any]], inventory: Path | None, *,
     return groups
 
 
-def check_targets(inventory: Path | None, sandbox: str | None, *, limit: str | None = None,
+def check_targets(inventory: Path | None, sandbox_name: str | None, *, limit: str | None = None,
                   os_override: str | None = None,
                   vault_password_file: Path | None = None) -> tuple[list[Group], Path | dict[str, Any]]:
     """(groups, inventory) for `provision check -i INVENTORY` or `--sandbox NAME` given no PROFILE (check_groups)."""
-    if inventory and sandbox:
+    if inventory and sandbox_name:
         raise UsageError("give either --inventory or --sandbox, not both")
-    if sandbox:
-        from provision import sandbox as sandboxes
-
-        groups = check_groups({sandbox: {}}, None, os_override=os_override)
-        if not sandboxes.is_running(sandbox):
-            raise UsageError(f"sandbox {sandbox} is not running; run `provision apply ... --sandbox {sandbox}` first")
-        return groups, sandboxes.inventory([sandbox])
+    if sandbox_name:
+        groups = check_groups({sandbox_name: {}}, None, os_override=os_override)
+        if not sandbox.is_running(sandbox_name):
+            raise UsageError(f"sandbox {sandbox_name} is not running; run `provision apply ... --sandbox "
+                             f"{sandbox_name}` first")
+        return groups, sandbox.inventory([sandbox_name])
     if inventory is None:
-        from provision.resources import share_dir
-
         raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
     if not inventory.is_file():
         raise UsageError(f"{inventory}: inventory file not found")
@@ -469,10 +457,6 @@ def check_hosts(groups: list[Group], inventory: Path | dict[str, Any], hosts: li
                 become_password: str | None = None, vault_password_file: Path | None = None) -> dict[str, int]:
     """`provision check` on each host (testinfra, one process per host, a few at a time). Returns host -> exit code.
     A host's framework checks are left out with --skip-frameworks or when its group says the apply skipped them."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from provision.apply import Hosts, run_check
-
     by_host = {h: g for g in groups for h in g.hosts if h in hosts}
     lines: dict[str, list[str]] = {h: [] for h in by_host}
     # A dict inventory (a sandbox's) is read here; a file's variables came with the groups (ansible-inventory).
@@ -481,7 +465,9 @@ def check_hosts(groups: list[Group], inventory: Path | dict[str, Any], hosts: li
     def one(host: str) -> int:
         group = by_host[host]
         hostvars = dict_vars.get(host) if isinstance(inventory, dict) else group.hostvars.get(host)
-        return run_check(group.plan, Hosts(inventory=inventory), host, hostvars=hostvars,
+        if hostvars is None:  # a host the groups did not read the variables of: as the inventory gives them
+            hostvars = inventory_hostvars(inventory, vault_password_file=vault_password_file).get(host, {})
+        return run_check(group.plan, inventory, host, hostvars=hostvars,
                          skip_frameworks=skip_frameworks or group.frameworks_skipped, echo=lines[host].append,
                          become_password=become_password, vault_password_file=vault_password_file)
 

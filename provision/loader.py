@@ -10,16 +10,32 @@ from __future__ import annotations
 import difflib
 import errno
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
 
+import yaml
 from pydantic import ValidationError
+from yaml.events import (
+    AliasEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    NodeEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    StreamEndEvent,
+)
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
 
+from provision import plan_rules
 from provision.compat import CompatDB
 from provision.errors import Problem, ProfileError, show
-from provision.models import Plan, Profile
+from provision.models import IndexURL, Plan, Profile
 from provision.plan_rules import dotted
 
 MAX_BYTES = 1024 * 1024  # a profile is a page of YAML; anything near this is not one
@@ -73,8 +89,6 @@ def _mark(event: Any) -> Pos:
 
 
 def _check_node_event(event: Any, doc: _Doc, depth: int) -> None:
-    from yaml.events import AliasEvent
-
     doc.nodes += 1
     pos = _mark(event)
     if doc.nodes > MAX_NODES:
@@ -90,8 +104,6 @@ def _check_node_event(event: Any, doc: _Doc, depth: int) -> None:
 
 
 def _scalar_value(event: Any, resolver: Any) -> Any:
-    from yaml.nodes import ScalarNode
-
     value, tag = event.value, event.tag
     if tag in (None, "!") and event.style not in ("", None):
         return value  # quoted or a block scalar: always text
@@ -121,18 +133,6 @@ def _compose(loader: Any, doc: _Doc) -> Any:
     """Plain data from the parser's events, with an explicit stack: the nesting depth and the number of values are
     checked as each event arrives, before anything deeper is read (100,000 `[` stop at the 33rd), and no recursion
     in a parser or composer can overflow a C stack. Returns the document's root value (None: no document)."""
-    from yaml.events import (
-        CollectionStartEvent,
-        DocumentStartEvent,
-        MappingEndEvent,
-        MappingStartEvent,
-        NodeEvent,
-        ScalarEvent,
-        SequenceEndEvent,
-        StreamEndEvent,
-    )
-    from yaml.resolver import Resolver
-
     resolver = Resolver()
     root: Any = None
     documents = 0
@@ -213,8 +213,6 @@ def parse_yaml(text: str, file: str) -> tuple[Any, _Doc]:
     of a pure-Python parser; `_compose` builds the data from them with limits on depth and size, refusing
     anchors, aliases and tags other than the core schema's as they come.
     """
-    import yaml
-
     doc = _Doc(file)
     if not text.strip():
         raise ProfileError([Problem("the file is empty", file=file, hint="start from one of the shipped profiles/*.yaml")])
@@ -330,10 +328,6 @@ INDEX_NAMES = ("pypi", "pytorch")
 
 def parse_index_overrides(values: list[str] | tuple[str, ...] | None) -> dict[str, str | bool]:
     """`--index NAME=URL|off` options -> {name: URL or False}. One Problem per bad option."""
-    import re
-
-    from provision.models import IndexURL
-
     pattern = next(m.pattern for m in get_args(IndexURL)[1:] if getattr(m, "pattern", None))  # Annotated's metadata
     out: dict[str, str | bool] = {}
     problems = []
@@ -513,8 +507,6 @@ def load_plan(path: str | Path) -> Plan:
     """Read a saved plan (`provision plan --json > plan.json`) as strictly as a profile: the same bounded read and
     YAML limits (JSON is YAML, and so each field keeps its line), the Plan model, and the allow-list of what a plan
     may carry (provision.plan_rules). Raises ProfileError with one line per problem, naming the field."""
-    from provision import plan_rules
-
     file = str(path)
     data, doc = parse_yaml(decode_text(read_bounded(path, what="a plan"), file), file)
     prefix: Path_ = ()

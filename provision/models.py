@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from provision.plan_rules import dotted, problems
+
 # ---------------------------------------------------------------------------------------------------------------
 # Profile: the user's YAML
 # ---------------------------------------------------------------------------------------------------------------
@@ -365,8 +367,6 @@ class Plan(_Frozen):
         """Every value within its allow-list (provision.plan_rules). A saved plan is read with the context
         {"plan_rules": "report"}, which leaves the check to the reader so that it reports each field on its own line."""
         if (info.context or {}).get("plan_rules") != "report":
-            from provision.plan_rules import dotted, problems
-
             found = problems(self.model_dump())
             if found:
                 raise ValueError("; ".join(f"{dotted(path)}: {what}" for path, what in found))

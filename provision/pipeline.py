@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from provision.compat import CompatDB, load_db
-from provision.loader import load_profile
+from provision.errors import ProvisionError, UsageError
+from provision.loader import load_plan, load_profile
 from provision.models import Plan, Profile
 from provision.resolver import resolve
 
@@ -27,10 +30,6 @@ def plan_for(path: str | Path, *, os_override: str | None = None, db: CompatDB |
              indexes: dict[str, str | bool] | None = None) -> Plan:
     """Load, validate and resolve a profile file. Raises ProfileError or IncompatibleError.
     indexes: `--index` overrides of the profile's software.indexes ({name: URL or False})."""
-    from pydantic import ValidationError
-
-    from provision.errors import ProvisionError
-
     db = db or load_db()
     profile = load_profile(path, os_override=os_override, db=db, indexes=indexes)
     try:
@@ -40,3 +39,13 @@ def plan_for(path: str | Path, *, os_override: str | None = None, db: CompatDB |
         where = ".".join(str(part) for part in first.get("loc", ()))
         raise ProvisionError(f"{display_path(path)}: the resolved plan breaks a rule at {where}: {first.get('msg')} "
                              "(a bug in provision or its database: please report it with this line)") from None
+
+
+def plan_from(path: Path, os_override: str | None = None, indexes: dict[str, str | bool] | None = None) -> Plan:
+    """The plan to build: resolved from a profile (YAML), or read from a saved plan (`provision plan --json`)."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such file (give a profile such as profiles/deskmini.yaml, or a plan .json)")
+    if path.suffix == ".json":
+        # As strictly as a profile: every field within what a plan may carry, one line per problem (exit 2).
+        return load_plan(path)
+    return plan_for(str(path), os_override=os_override, indexes=indexes)

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from provision.errors import show
 
 PathT = tuple[str | int, ...]
@@ -77,8 +79,6 @@ def _ip(value: str) -> str | None:
 def pip_requirement(value: str) -> str | None:
     """A requirement a plan may carry: `name==version` (extras allowed) exactly as packaging writes it, or a direct
     reference to an https wheel; no options (`--extra-index-url`, `--trusted-host`), markers or ranges."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     if value.startswith("-"):
         return "is a pip option, not a requirement"
     try:

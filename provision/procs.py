@@ -21,6 +21,8 @@ under the state directory; the kernel releases it when the process ends, however
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import json
 import os
 import secrets
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from provision.errors import EXIT_INPUT, ProvisionError
+from provision.errors import EXIT_INPUT, ProvisionError, RunnerError
 
 TAG_VAR = "PROVISION_PROCESS_TAG"
 TERM_GRACE = 5.0  # seconds a process gets after SIGTERM before SIGKILL
@@ -190,6 +192,56 @@ def stop(lookup: Callable[[], set[int]], *, first: int = signal.SIGTERM, grace: 
 
 # --- running a command ------------------------------------------------------------------------------------------
 
+# The Debian package that carries a tool whose name is not its package's, for the one-line "not installed" error.
+TOOL_PACKAGES = {"docker": "docker.io", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
+                 "qemu-img": "qemu-utils", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs"}
+
+
+def missing_tool(tool: str, what: str | None = None) -> RunnerError:
+    """The one-line error (exit 3) for an external program that is not installed or not on PATH."""
+    name = Path(tool).name
+    return RunnerError((f"{what}: " if what else "") + f"'{name}' is not installed or not on PATH "
+                       f"(apt-get install {TOOL_PACKAGES.get(name, name)})")
+
+
+def run_tool(cmd: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess:
+    """A short external command that must succeed: its output captured; a missing program or a non-zero exit is
+    one RunnerError line (exit 3) naming `what` and the last lines it printed."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    except FileNotFoundError:
+        raise missing_tool(cmd[0], what) from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
+        raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
+    return proc
+
+
+def run_tool_streamed(cmd: list[str], what: str, progress: Callable[[str], None] | None) -> None:
+    """run_tool for a long command whose output lines say how far it is: each goes to progress as it comes."""
+    if progress is None:
+        run_tool(cmd, what)
+        return
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace")
+    except FileNotFoundError:
+        raise missing_tool(cmd[0], what) from None
+    tail: list[str] = []
+    try:
+        for line in proc.stdout or ():
+            line = line.strip()
+            if line:
+                tail = [*tail[-4:], line]
+                progress(f"{what}: {line}")
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
+
 
 def run(cmd: list[str], *, env: dict[str, str] | None = None, input: str | None = None,
         timeout: float | None = None, grace: float = TERM_GRACE, **kwargs: Any) -> subprocess.CompletedProcess:
@@ -199,8 +251,11 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, input: str | None 
     timeout: subprocess.TimeoutExpired."""
     token = new_token()
     stdin = subprocess.PIPE if input is not None else kwargs.pop("stdin", subprocess.DEVNULL)
-    proc = subprocess.Popen(cmd, env=tagged_env(token, env), stdin=stdin, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+    try:
+        proc = subprocess.Popen(cmd, env=tagged_env(token, env), stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+    except FileNotFoundError:
+        raise missing_tool(cmd[0]) from None
     deadline = None if timeout is None else time.monotonic() + timeout
     out: list[str] = []
     err: list[str] = []
@@ -280,8 +335,6 @@ def guard() -> Iterator[str]:
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with guard():
@@ -315,8 +368,6 @@ def exclusive(locks: dict[str, str], *, directory: Path) -> Iterator[None]:
     """Hold every lock in `locks` (file name -> what it protects, for the message), or none: a lock another process
     holds raises Busy naming that process (pid, start time, command line). Non-blocking: a second apply is refused,
     never queued behind the first."""
-    import fcntl
-
     directory.mkdir(parents=True, exist_ok=True)
     held: list[int] = []
     me = {"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provision.compat import CompatDB
+from provision.compat import GPU, CompatDB
 from provision.models import Plan
 
 
@@ -80,7 +80,7 @@ def gpu_rows(db: CompatDB) -> list[dict[str, Any]]:
             "fp32_tflops": g.fp32_tflops,
             "fp16_tflops": g.fp16_tflops,
             "segment": g.segment,
-            "drivers": [] if g.tegra else [b.branch for b in db.branches if _drives(b, g)],
+            "drivers": [] if g.tegra else [b.branch for b in db.branches if b.drives(g)],
             "driver": _driver_span(db, g),
             "aliases": list(g.aliases),
             "confidence": g.confidence,
@@ -90,7 +90,7 @@ def gpu_rows(db: CompatDB) -> list[dict[str, Any]]:
     ]
 
 
-def _driver_span(db: CompatDB, gpu) -> str:
+def _driver_span(db: CompatDB, gpu: GPU) -> str:
     """What drives the GPU, for people: 'R470', 'R535-R580', or the JetPack releases that own a Jetson's driver."""
     if gpu.tegra:
         releases = [j.jetpack for j in db.jetpack if gpu.model in j.modules]
@@ -98,13 +98,7 @@ def _driver_span(db: CompatDB, gpu) -> str:
             return "-"
         span = releases[0] if len(releases) == 1 else f"{releases[0]}-{releases[-1]}"
         return f"JetPack {span} (L4T)"
-    branches = [b.branch for b in db.branches if _drives(b, gpu)]
+    branches = [b.branch for b in db.branches if b.drives(gpu)]
     if not branches:
         return "-"
     return f"R{branches[0]}" if len(branches) == 1 else f"R{branches[0]}-R{branches[-1]}"
-
-
-def _drives(branch, gpu) -> bool:
-    from provision.resolver import branch_drives
-
-    return branch_drives(branch, gpu)

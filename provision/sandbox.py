@@ -19,18 +19,22 @@ downloaded .debs and a read-only wheelhouse the controller fills once (`fill_whe
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provision import procs
+from provision import procs, tunnel
 from provision.errors import RunnerError, UsageError
+from provision.procs import run_tool, run_tool_streamed
+from provision.state import cache_root as cache_root  # re-exported: where tests and callers find it
 
 # Debian releases this machine can execute; codenames are facts about Debian, kept beside the per-OS data.
 DEBIAN_CODENAMES = {"12": "bookworm", "13": "trixie"}
@@ -55,25 +59,8 @@ LABEL = "io.provision.sandbox"
 ADMIN = "admin"
 
 
-def cache_root() -> Path:
-    root = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 def base_image_tag(release: str) -> str:
     return f"provision/debian:{release}"
-
-
-def _run(cmd: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
-    except FileNotFoundError:
-        raise RunnerError(f"{what}: '{cmd[0]}' is not installed (apt-get install {cmd[0]})") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
-        raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
-    return proc
 
 
 def _docker(*args: str) -> subprocess.CompletedProcess:
@@ -81,7 +68,7 @@ def _docker(*args: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(["docker", *args], capture_output=True, text=True)
     except FileNotFoundError:
-        raise RunnerError("the docker CLI is not installed (apt-get install docker.io)") from None
+        raise procs.missing_tool("docker", "the sandbox needs the docker CLI") from None
 
 
 def image_exists(tag: str) -> bool:
@@ -138,7 +125,7 @@ def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress
     debs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"provision-{codename}-") as tmp:
         root = Path(tmp) / "root"
-        _run_streamed(
+        run_tool_streamed(
             [
                 "debootstrap",
                 "--variant=minbase",
@@ -166,10 +153,10 @@ def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.is_symlink():
                 link.symlink_to("/dev/null")
-        _trust_controller_cas(root)
+        trust_controller_cas(root)
         # The sudo account a user logs in with; its key and sudo rule are set when a container starts.
-        _run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", ADMIN],
-             "create the admin account in the base image")
+        run_tool(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", ADMIN],
+                 "create the admin account in the base image")
         # Host keys are per machine: every container makes its own on its first boot, as cloud images do
         # (cloud-init there; here a drop-in that runs ssh-keygen -A before sshd checks its configuration).
         for key in (root / "etc/ssh").glob("ssh_host_*"):
@@ -184,7 +171,7 @@ def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress
             progress(f"importing the Debian {release} tree into Docker as {tag}")
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
-            _run(
+            run_tool(
                 [
                     "docker",
                     "import",
@@ -205,33 +192,7 @@ def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress
     return tag
 
 
-def _run_streamed(cmd: list[str], what: str, progress) -> None:
-    """_run for a long command whose output lines say how far it is: each goes to progress as it comes."""
-    if progress is None:
-        _run(cmd, what)
-        return
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace")
-    except FileNotFoundError:
-        raise RunnerError(f"{what}: '{cmd[0]}' is not installed (apt-get install {cmd[0]})") from None
-    tail: list[str] = []
-    try:
-        for line in proc.stdout or ():
-            line = line.strip()
-            if line:
-                tail = [*tail[-4:], line]
-                progress(f"{what}: {line}")
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if proc.returncode != 0:
-        raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
-
-
-def _trust_controller_cas(root: Path) -> None:
+def trust_controller_cas(root: Path) -> None:
     """Give the image the controller's extra CA certificates (TLS-intercepting proxies, private mirrors).
 
     A machine on a company network trusts its egress proxy's CA; without it pip fails certificate verification
@@ -246,7 +207,7 @@ def _trust_controller_cas(root: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for cert in certs:
         shutil.copyfile(cert, dest / cert.name)
-    _run(["chroot", str(root), "update-ca-certificates"], "trust the controller's CA certificates in the base image")
+    run_tool(["chroot", str(root), "update-ca-certificates"], "trust the controller's CA certificates in the base image")
 
 
 # --- SSH: the controller's key and the hosts' keys ------------------------------------------------------------
@@ -262,7 +223,7 @@ def ssh_key() -> Path:
     """The controller's key for sandboxes (made once): the key a user's machine would have in authorized_keys."""
     key = ssh_dir() / "id_ed25519"
     if not key.is_file():
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "provision-sandbox", "-f", str(key)],
+        run_tool(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "provision-sandbox", "-f", str(key)],
              "make the sandbox SSH key")
     return key
 
@@ -275,7 +236,7 @@ def _host_pattern(port: int) -> str:
     return f"[127.0.0.1]:{port}"
 
 
-def _pin_host_key(port: int, public_key: str | None) -> None:
+def pin_host_key(port: int, public_key: str | None) -> None:
     """Replace what known_hosts says for 127.0.0.1:port (None: forget it)."""
     path = known_hosts()
     pattern = _host_pattern(port)
@@ -392,9 +353,6 @@ def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
     responses uncacheable, so every host would download every wheel again. Returns False (and the hosts simply
     download from the index) when pip could not fetch everything, e.g. offline.
     """
-    import hashlib
-    import sys
-
     reqs = plan.pip_requirements(frameworks=not skip_frameworks, default_index_only=True)
     wheels = wheelhouse_dir()
     key = hashlib.sha256("\n".join([plan.python.version, *reqs]).encode()).hexdigest()[:16]
@@ -470,9 +428,9 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
         *cache_mounts(release, name),
     ]
     # A port of its own, fixed for the container's life: a host that reboots (docker restart) keeps its address.
-    cmd += ["--publish", f"127.0.0.1:{_free_port()}:22", "--hostname", hostname or name]
+    cmd += ["--publish", f"127.0.0.1:{free_port()}:22", "--hostname", hostname or name]
     cmd += [*(extra_args or []), tag, "/sbin/init"]
-    _run(cmd, f"start sandbox {name}")
+    run_tool(cmd, f"start sandbox {name}")
     wait_ready(name)
     # What a cloud provider's first boot does (cloud-init): the user's key and sudo rule (host keys: the image).
     sudo_rule = f"{ADMIN} ALL=(ALL:ALL) " + ("ALL" if sudo_password else "NOPASSWD:ALL")
@@ -486,33 +444,38 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
         # sandbox mounts it).
         "install -d -m 1777 /var/cache/provision/pip/users"
     )
-    _run(["docker", "exec", "-i", name, "sh", "-c", script], f"sandbox {name}: SSH key and sudo",
+    run_tool(["docker", "exec", "-i", name, "sh", "-c", script], f"sandbox {name}: SSH key and sudo",
          input=(key.with_suffix(".pub")).read_text())
     if sudo_password:  # on standard input, never on a command line
-        _run(["docker", "exec", "-i", name, "chpasswd"], f"sandbox {name}: admin password",
+        run_tool(["docker", "exec", "-i", name, "chpasswd"], f"sandbox {name}: admin password",
              input=f"{ADMIN}:{sudo_password}\n")
     port = ssh_port(name)
     if port is None:
         raise RunnerError(f"sandbox {name}: docker did not publish its SSH port")
-    host_key = _run(["docker", "exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"],
+    host_key = run_tool(["docker", "exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"],
                     f"sandbox {name}: read its host key").stdout
-    _pin_host_key(port, host_key)
-    _wait_ssh(name, port, key)
+    pin_host_key(port, host_key)
+    wait_ssh(name, port, key)
     return Sandbox(name=name, release=release, port=port)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on the controller's 127.0.0.1 that nothing listens on now (a sandbox's or a VM's SSH)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _wait_ssh(name: str, port: int, key: Path, timeout: float = 30) -> None:
+def wait_ssh(name: str, port: int, key: Path, timeout: float = 30) -> None:
+    """Wait until the admin account gets in over SSH on 127.0.0.1:port (a sandbox container or a VM)."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        proc = subprocess.run(["ssh", *ssh_args().split(), "-i", str(key), "-p", str(port), f"{ADMIN}@127.0.0.1",
-                               "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        try:
+            proc = subprocess.run(["ssh", *ssh_args().split(), "-i", str(key), "-p", str(port), f"{ADMIN}@127.0.0.1",
+                                   "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise procs.missing_tool("ssh", f"sandbox {name}") from None
         if proc.returncode == 0:
             return
         last = (proc.stderr.strip().splitlines() or [""])[-1]
@@ -552,10 +515,8 @@ def remove(name: str) -> None:
         return  # no such container
     if proc.stdout.strip() != "1":
         raise RunnerError(f"container {name} was not started by provision (no {LABEL} label); not removing it")
-    from provision import tunnel
-
     tunnel.stop(name)  # the SSH tunnel to its Jupyter (provision.tunnel) must not outlive the host
     port = ssh_port(name)
-    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    _docker("rm", "-f", name)
     if port is not None:
-        _pin_host_key(port, None)
+        pin_host_key(port, None)

@@ -36,6 +36,14 @@ def state_dir() -> Path:
     return base / "provision"
 
 
+def cache_root() -> Path:
+    """The controller's caches (downloaded wheels and .debs, base disks, the sandboxes' SSH key): $PROVISION_CACHE,
+    else ~/.cache/provision. Made on first use. Nothing in it is state: deleting it costs only time."""
+    root = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def _safe(name: str) -> str:
     """A host name as one path component (inventory names may hold '/', ':' or '..')."""
     safe = re.sub(r"[^A-Za-z0-9._@-]", "_", name)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from provision import state
 from provision.errors import RunnerError
+from provision.procs import missing_tool
 
 SCHEMA = "provision.tunnel/1"
 TOKEN_FILE = "/var/lib/provision/jupyter/token"
@@ -157,8 +158,11 @@ def open_tunnel(host: str, ssh: list[str], remote_port: int, *, taken: set[int] 
     # Ctrl-C in the terminal after the apply does not reach it): this process is meant to outlive the command.
     env = {k: v for k, v in os.environ.items() if k != "PROVISION_PROCESS_TAG"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        except FileNotFoundError:
+            raise missing_tool(cmd[0], f"{host}: the SSH tunnel to its Jupyter") from None
     problem = _wait_listening(proc, port, timeout)
     if problem is not None:
         with contextlib.suppress(ProcessLookupError):

@@ -36,6 +36,8 @@ from typing import Any
 
 from provision import sandbox
 from provision.errors import RunnerError, UsageError
+from provision.procs import run_tool, run_tool_streamed
+from provision.state import cache_root
 
 VM_RECIPE = "vm-1"  # bump when the guest's recipe changes: an older base is rebuilt
 GUEST_PACKAGES = (*sandbox.BASE_PACKAGES, "linux-image-amd64", "initramfs-tools", "zstd", "kmod", "udev", "ifupdown")
@@ -55,11 +57,11 @@ def _tools() -> None:
 
 
 def base_dir(release: str) -> Path:
-    return sandbox.cache_root() / "vm" / f"debian-{release}"
+    return cache_root() / "vm" / f"debian-{release}"
 
 
 def vm_dir(name: str) -> Path:
-    return sandbox.cache_root() / "vm" / "hosts" / name
+    return cache_root() / "vm" / "hosts" / name
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -84,15 +86,15 @@ def ensure_base(release: str, *, log=None, progress=None) -> Path:
     codename = sandbox.DEBIAN_CODENAMES[release]
     if log:
         log(f"building the Debian {release} VM disk with debootstrap and a kernel (once; 3-6 minutes)")
-    debs = sandbox.cache_root() / "debootstrap" / codename
+    debs = cache_root() / "debootstrap" / codename
     debs.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix=f"provision-vm-{codename}-") as tmp:
         root = Path(tmp) / "root"
-        sandbox._run_streamed(["debootstrap", "--variant=minbase", f"--cache-dir={debs}",
-                               "--include=" + ",".join(GUEST_PACKAGES), "--components=main", codename, str(root),
-                               sandbox.MIRROR], f"debootstrap {codename} (VM)", progress)
+        run_tool_streamed(["debootstrap", "--variant=minbase", f"--cache-dir={debs}",
+                           "--include=" + ",".join(GUEST_PACKAGES), "--components=main", codename, str(root),
+                           sandbox.MIRROR], f"debootstrap {codename} (VM)", progress)
         path, text = sandbox.default_sources(release)
         (root / "etc/apt/sources.list").unlink(missing_ok=True)
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -107,15 +109,15 @@ def ensure_base(release: str, *, log=None, progress=None) -> Path:
         resolv = root / "etc/resolv.conf"
         resolv.unlink(missing_ok=True)
         resolv.write_text(f"nameserver {DNS}\n")
-        sandbox._trust_controller_cas(root)
-        sandbox._run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo",
-                      sandbox.ADMIN], "create the admin account in the VM disk")
+        sandbox.trust_controller_cas(root)
+        run_tool(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo",
+                  sandbox.ADMIN], "create the admin account in the VM disk")
         ssh = root / "home" / sandbox.ADMIN / ".ssh"
         ssh.mkdir(mode=0o700)
         (ssh / "authorized_keys").write_text(key_pub)
         (ssh / "authorized_keys").chmod(0o600)
-        sandbox._run(["chroot", str(root), "chown", "-R", f"{sandbox.ADMIN}:{sandbox.ADMIN}",
-                      f"/home/{sandbox.ADMIN}/.ssh"], "own the admin account's SSH directory")
+        run_tool(["chroot", str(root), "chown", "-R", f"{sandbox.ADMIN}:{sandbox.ADMIN}",
+                  f"/home/{sandbox.ADMIN}/.ssh"], "own the admin account's SSH directory")
         sudoers = root / "etc/sudoers.d" / f"90-{sandbox.ADMIN}"
         sudoers.write_text(f"{sandbox.ADMIN} ALL=(ALL:ALL) NOPASSWD:ALL\n")
         sudoers.chmod(0o440)
@@ -123,7 +125,7 @@ def ensure_base(release: str, *, log=None, progress=None) -> Path:
         # first connection (nothing is trusted on first use).
         for old in (root / "etc/ssh").glob("ssh_host_*"):
             old.unlink()
-        sandbox._run(["chroot", str(root), "ssh-keygen", "-A"], "make the VM's SSH host keys")
+        run_tool(["chroot", str(root), "ssh-keygen", "-A"], "make the VM's SSH host keys")
         host_key = (root / "etc/ssh/ssh_host_ed25519_key.pub").read_text()
         kernels = sorted((root / "boot").glob("vmlinuz-*"))
         initrds = sorted((root / "boot").glob("initrd.img-*"))
@@ -136,8 +138,8 @@ def ensure_base(release: str, *, log=None, progress=None) -> Path:
         raw = Path(tmp) / "disk.raw"
         if progress:
             progress("making the VM's ext4 disk")
-        sandbox._run(["mkfs.ext4", "-q", "-L", "root", "-d", str(root), str(raw), DISK_SIZE], "mkfs.ext4 -d")
-        sandbox._run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(dest / "base.qcow2")], "qemu-img convert")
+        run_tool(["mkfs.ext4", "-q", "-L", "root", "-d", str(root), str(raw), DISK_SIZE], "mkfs.ext4 -d")
+        run_tool(["qemu-img", "convert", "-O", "qcow2", str(raw), str(dest / "base.qcow2")], "qemu-img convert")
     (dest / "base.json").write_text(json.dumps({"recipe": VM_RECIPE, "kernel": kernels[-1].name,
                                                 "authorized_key": key_pub, "host_key": host_key}, indent=2))
     return dest
@@ -183,9 +185,9 @@ def start(name: str, release: str = "13", *, log=None, progress=None) -> VM:
     here.mkdir(parents=True, exist_ok=True)
     overlay = here / "disk.qcow2"
     if not overlay.is_file():
-        sandbox._run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base / "base.qcow2"), "-F", "qcow2",
-                      str(overlay)], f"VM {name}: overlay disk")
-    port = state(name).get("port") or sandbox._free_port()
+        run_tool(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base / "base.qcow2"), "-F", "qcow2",
+                  str(overlay)], f"VM {name}: overlay disk")
+    port = state(name).get("port") or sandbox.free_port()
     cmd = [
         "qemu-system-x86_64", "-name", name, "-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
         "-smp", str(CPUS), "-m", str(MEMORY_MB),
@@ -198,10 +200,10 @@ def start(name: str, release: str = "13", *, log=None, progress=None) -> VM:
     ]
     if progress:
         progress(f"booting VM {name} (QEMU, software emulation: about 40 s to SSH)")
-    sandbox._run(cmd, f"start VM {name}")
+    run_tool(cmd, f"start VM {name}")
     (here / "vm.json").write_text(json.dumps({"release": release, "port": port, "base": str(base)}))
-    sandbox._pin_host_key(port, json.loads((base / "base.json").read_text())["host_key"])
-    sandbox._wait_ssh(name, port, sandbox.ssh_key(), timeout=BOOT_TIMEOUT)
+    sandbox.pin_host_key(port, json.loads((base / "base.json").read_text())["host_key"])
+    sandbox.wait_ssh(name, port, sandbox.ssh_key(), timeout=BOOT_TIMEOUT)
     return VM(name, release, port, _pid(name) or 0)
 
 
@@ -227,7 +229,7 @@ def remove(name: str) -> bool:
     stop(name, timeout=10)
     shutil.rmtree(here, ignore_errors=True)
     if port:
-        sandbox._pin_host_key(int(port), None)
+        sandbox.pin_host_key(int(port), None)
     return True
 
 

@@ -13,7 +13,8 @@ reason, and its PyPI-only part is still checked. The report records, per set, ev
 CUDA-related requirements (nvidia-*, cuda-*) of the framework wheels with their environment markers, so a wheel
 whose CUDA dependencies only hold on x86_64 is visible. Exit status 1 when any set cannot be installed.
 
-Usage: scripts/check_installable.py [--json FILE] [--only NAME ...]
+Usage: scripts/check_installable.py [--json FILE] [--only NAME ...] [--data DIR]
+(--data: plan from another copy of provision/data, to check rows before they go into the database.)
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ def _platforms(arch: str) -> list[str]:
     return tags + [f"manylinux2014_{arch}", "linux_" + arch]
 
 
-def plan_sets(only: list[str] | None = None) -> list[CheckSet]:
-    from provision.compat import load_db
+def plan_sets(only: list[str] | None = None, data: Path | None = None) -> list[CheckSet]:
+    from provision.compat import _read_db, load_db
     from provision.loader import load_profile
     from provision.resolver import resolve
     from provision.resources import share_dir
 
-    db = load_db()
+    db = _read_db(data) if data else load_db()
     variants: list[tuple[str, Path, dict]] = []
     for path in sorted(share_dir("profiles").glob("*.yaml")):
         variants.append((path.stem, path, {}))
@@ -64,6 +65,14 @@ def plan_sets(only: list[str] | None = None) -> list[CheckSet]:
         ("h100+tensorflow", h100, {"frameworks": [{"name": "tensorflow"}]}),
         ("h100+tensorflow-2.17", h100, {"frameworks": [{"name": "tensorflow", "version": "2.17"}]}),
         ("h100+tensorflow-2.14@debian-12", h100, {"frameworks": [{"name": "tensorflow", "version": "2.14"}], "_os": "debian-12"}),
+        # Every TensorFlow line with its exact [and-cuda] pins (2.15-2.19): pip must take the plan's CUDA/cuDNN pins
+        # and the plan's numpy with them.
+        ("h100+tensorflow-2.15", h100, {"frameworks": [{"name": "tensorflow", "version": "2.15"}]}),
+        ("h100+tensorflow-2.16", h100, {"frameworks": [{"name": "tensorflow", "version": "2.16"}]}),
+        ("h100+tensorflow-2.18", h100, {"frameworks": [{"name": "tensorflow", "version": "2.18"}]}),
+        ("h100+tensorflow-2.19", h100, {"frameworks": [{"name": "tensorflow", "version": "2.19"}]}),
+        # Python 3.12: the newest PyTorch whose Python range the shipped profiles' 3.10 misses.
+        ("h100@ubuntu-24.04", h100, {"_os": "ubuntu-24.04"}),
         ("h100+pytorch+tensorflow", h100, {"frameworks": [{"name": "pytorch"}, {"name": "tensorflow"}]}),
         ("gh200+pytorch (aarch64)", h100, {"_gpu": "GH200 96GB", "_arch": "aarch64", "_os": "ubuntu-24.04"}),
     ]
@@ -133,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the full report here")
     ap.add_argument("--only", nargs="*", help="check only these sets (names as printed)")
+    ap.add_argument("--data", type=Path, help="plan from this data directory instead of provision/data")
     args = ap.parse_args(argv)
     pip = [sys.executable, "-m", "pip"]
     results = []
-    for cs in plan_sets(args.only):
+    for cs in plan_sets(args.only, args.data):
         r = check(cs, pip)
         results.append(r)
         status = "ok" if r["ok"] else "FAIL"

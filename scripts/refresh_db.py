@@ -5,7 +5,10 @@ PyPI (JSON API, https://pypi.org/pypi/NAME/json, and the wheels' PEP 658 metadat
   * every pinned requirement in pypi.yaml, pytorch.yaml (PyPI builds), tensorflow.yaml: the pinned release still
     exists, is not yanked, and what the newest release is;
   * the PyPI torch and TensorFlow rows: the CUDA/cuDNN requirements of the pinned wheel as the rows describe them
-    (cuDNN release, whether the aarch64 wheel's nvidia-* requirements are x86_64-only);
+    (cuDNN release, whether the aarch64 wheel's nvidia-* requirements are x86_64-only), and, for TensorFlow, that
+    the numpy the plan takes for each supported Python is one the wheel's requirement accepts. A row's cuDNN is a
+    release (8.7.0) and a wheel pin a build of it (8.7.0.84): they agree when major.minor.patch agree
+    (same_release());
 Debian (apt-cache against Debian's own lists, main contrib non-free non-free-firmware, in a private apt state
 directory so the machine's apt configuration is not touched):
   * every Debian driver and CUDA package row in os.yaml: the candidate version now, against the row's;
@@ -34,7 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from packaging.markers import default_environment  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
+from packaging.specifiers import SpecifierSet  # noqa: E402
 from packaging.version import InvalidVersion, Version  # noqa: E402
 
 from provision.compat import CompatDB, _read_db  # noqa: E402
@@ -158,17 +163,75 @@ def pinned_metadata(rep: Report, name: str, version: str, where: str) -> list[st
     return deps
 
 
+def same_release(release: str, build: str) -> bool:
+    """Whether a wheel version is a build of a database release. The rows name a cuDNN release, major.minor.patch
+    ("8.7.0"); NVIDIA's wheels add a build number ("8.7.0.84"). Rule: equal when the first three release components
+    are equal, missing components counting as 0. So 8.7.0 ~ 8.7.0.84 and 8.7 ~ 8.7.0.84, but 9.1.0 !~ 9.10.2.21
+    and 8.7.0 !~ 8.7.1.2. A wildcard pin ("8.7.0.*") is compared by its prefix the same way."""
+    head = build.removesuffix(".*")
+
+    def three(v: str) -> tuple[int, ...]:
+        return (Version(v).release + (0, 0, 0))[:3]
+
+    return three(release) == three(head)
+
+
+def accepts_release(spec: SpecifierSet, release: str, builds: list[str]) -> bool:
+    """Whether a wheel's requirement on cuDNN accepts the row's release: exact pins (== / ===) by same_release();
+    ranges (>=9.3.0.75,<10) when they contain one of the release's builds that pypi.yaml pins (the wheels the plan
+    installs), or, with none known, the release itself."""
+    pins = [s.version for s in spec if s.operator in ("==", "===")]
+    if pins:
+        return all(same_release(release, p) for p in pins)
+    return any(spec.contains(b, prereleases=True) for b in (builds or [release]))
+
+
+def _pythons(low: str, high: str) -> list[str]:
+    lo, hi = Version(low).release, Version(high).release
+    return [f"{lo[0]}.{m}" for m in range(lo[1], hi[1] + 1)] if lo[0] == hi[0] else [low, high]
+
+
+def plan_numpy(db: CompatDB, major: int, python: str) -> str | None:
+    """The numpy version a plan takes for this major and Python: as the resolver does, the newest numpy row of
+    pypi.yaml whose Python range holds it, within the major where one exists."""
+    rows = [t for t in db.tools if t.name == "numpy"
+            and Version(t.python_min) <= Version(python) <= Version(t.python_max)]
+    rows = [t for t in rows if Version(t.requirement.split("==")[1]).major == major] or rows
+    versions = sorted((Version(t.requirement.split("==")[1]) for t in rows), reverse=True)
+    return str(versions[0]) if versions else None
+
+
+def numpy_problems(db: CompatDB, numpy_major: int, python_min: str, python_max: str, deps: list[str]) -> list[str]:
+    """For each Python the row supports: the numpy the plan takes, where the wheel's numpy requirement (its
+    markers evaluated for that Python) refuses it."""
+    out = []
+    for python in _pythons(python_min, python_max):
+        env = {**default_environment(), "python_version": python, "python_full_version": python + ".0", "extra": ""}
+        reqs = [r for r in (Requirement(d) for d in deps) if r.name.lower() == "numpy"
+                and (r.marker is None or r.marker.evaluate(env))]
+        take = plan_numpy(db, numpy_major, python)
+        if take is not None and not all(r.specifier.contains(take, prereleases=True) for r in reqs):
+            out.append(f"Python {python}: the plan takes numpy {take}, the wheel requires {', '.join(str(r.specifier) for r in reqs)}")
+    return out
+
+
+def _builds(db: CompatDB, release: str) -> list[str]:
+    """The wheel builds pypi.yaml pins for a cuDNN release (every CUDA major)."""
+    return [p.requirement.split("==")[1] for p in db.pypi_cudnn if p.cudnn == release]
+
+
 def check_framework_wheels(rep: Report, db: CompatDB) -> None:
     for row in (r for r in db.torch if r.pypi_default):
         where = f"pytorch.yaml torch {row.version} ({row.variant}, PyPI)"
         deps = pinned_metadata(rep, "torch", row.version, where)
         if deps is None:
             continue
-        cudnn = [d for d in deps if d.startswith("nvidia-cudnn")]
-        pins = [Requirement(d).specifier for d in cudnn]
-        got = {s.version for spec in pins for s in spec if s.operator == "=="}
-        if got and not any(v.startswith(row.cudnn.rsplit(".", 1)[0]) for v in got):
-            rep.change(f"{where}: the wheel requires cuDNN {', '.join(sorted(got))}; the row says {row.cudnn}")
+        cudnn = [Requirement(d) for d in deps if d.startswith("nvidia-cudnn")]
+        if cudnn and not any(accepts_release(c.specifier, row.cudnn, _builds(db, row.cudnn)) for c in cudnn):
+            rep.change(f"{where}: the wheel requires {', '.join(str(c).split(';')[0] for c in cudnn)}; "
+                       f"the row says cuDNN {row.cudnn}")
+        else:
+            rep.ok(f"{where}: cuDNN {row.cudnn} as the wheel requires")
         arm = wheel_metadata("torch", row.version, "aarch64")
         if arm is not None:
             cuda = [d for d in arm if d.startswith(("nvidia-", "cuda-"))]
@@ -184,19 +247,17 @@ def check_framework_wheels(rep: Report, db: CompatDB) -> None:
         deps = pinned_metadata(rep, "tensorflow", row.version, where)
         if deps is None:
             continue
-        numpy = [Requirement(d.split(";")[0]) for d in deps if d.startswith("numpy")]
-        takes_2 = any(not spec.specifier or spec.specifier.contains("2.0.0") for spec in numpy)
-        if takes_2 != (row.numpy_major == 2):
-            rep.change(f"{where}: requires {', '.join(str(n) for n in numpy)}; the row says numpy_major {row.numpy_major}")
+        # numpy_major is the numpy line the plan takes with the build: the check is that the numpy the plan
+        # would pin for each supported Python is one the wheel accepts (TF 2.18/2.19 take numpy 2.0/2.1 but
+        # not 2.2, so their rows say numpy_major 1).
+        for problem in numpy_problems(db, row.numpy_major, row.python_min, row.python_max, deps):
+            rep.change(f"{where} (numpy_major {row.numpy_major}): {problem}")
         cudnn = [Requirement(d.split(";")[0]) for d in deps if d.startswith("nvidia-cudnn")]
-        if cudnn and not any(spec.specifier.contains(_wheel_version(db, row.cudnn), prereleases=True) for spec in cudnn):
+        if cudnn and not any(accepts_release(c.specifier, row.cudnn, _builds(db, row.cudnn)) for c in cudnn):
             rep.change(f"{where}: [and-cuda] requires {', '.join(str(c) for c in cudnn)}; the row says cuDNN {row.cudnn}")
+        else:
+            rep.ok(f"{where}: cuDNN {row.cudnn} as the wheel requires")
     newest_release(rep, "tensorflow", [r.version for r in db.tensorflow], "tensorflow.yaml")
-
-
-def _wheel_version(db: CompatDB, cudnn: str) -> str:
-    row = next((p for p in db.pypi_cudnn if p.cudnn == cudnn and p.cuda_major >= 12), None)
-    return row.requirement.split("==")[1] if row else cudnn
 
 
 def check_pypi(rep: Report, db: CompatDB) -> None:

@@ -1,6 +1,6 @@
 """What `provision apply` promised, checked on the host with testinfra.
 
-The plan comes as JSON in the file named by PROVISION_CHECK_PLAN (written by provision.apply.run_check).
+The plan comes as JSON in the file named by PROVISION_CHECK_PLAN (written by provision.runners.testinfra.run_check).
 Every check uses only what a stock Debian host has and what the roles installed (no curl): the HTTP checks run
 http_status.py with the host's own /usr/bin/python3 in isolated mode, as the plan's user, and that script reads the
 token file itself, so the token never reaches the controller, a command line or the output.

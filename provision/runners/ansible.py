@@ -11,8 +11,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -246,8 +248,6 @@ class _Cancel:
         self.termed: float | None = None
 
     def __call__(self) -> bool:
-        import signal
-
         if self.asked() is None:
             return False
         now = time.monotonic()
@@ -286,7 +286,7 @@ def run_playbook(
 ) -> RunResult:
     """Run project_dir/site.yml against inventory; call on_task(host, task, state, msg) for each task result
     and on_start(task) when a task starts (the CLI shows it while it runs: apt and pip tasks take minutes)."""
-    try:
+    try:  # here, not at the top: a missing ansible-runner is this one line (exit 3), not an import traceback
         import ansible_runner
     except ImportError:
         raise RunnerError("ansible-runner is not installed (pip install ansible-runner)") from None
@@ -329,9 +329,6 @@ def run_playbook(
 
     # Ctrl-C and SIGTERM stop the run politely, then firmly (_Cancel), and raise here once it has ended: ansible-playbook
     # runs in a terminal session of its own (pexpect), which a terminal's SIGINT does not reach.
-    import signal
-    import threading
-
     asked: list[int] = []
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():

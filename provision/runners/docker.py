@@ -6,7 +6,7 @@ Steps, each failing with one line that says what, where and what to do:
 2. `check_platform()`: the engine can run the plan's platform (Jetson images are linux/arm64).
 3. `ensure_base()`: the base image is local, or can be pulled.
 4. `fetch_wheels()`: each wheel group is downloaded once, on the controller, into
-   `provision.sandbox.cache_root()/wheels`, for the image's interpreter, ABI and C library (probed in the base).
+   `provision.state.cache_root()/wheels`, for the image's interpreter, ABI and C library (probed in the base).
    Why here and not in the build: the build then needs no network (an air-gapped engine, a registry mirror
    for the base only), and the wheels of a plan are fetched once however often its layers are rebuilt.
 5. `make_context()`: a temporary directory with the Dockerfile, the wheels (hard links into the cache), the
@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from packaging.utils import parse_wheel_filename
 
 from provision import hashes
 from provision.errors import IncompatibleError, RunFailed, RunnerError
@@ -45,7 +48,8 @@ from provision.render.docker import (
     wheel_groups,
 )
 from provision.resources import share_dir
-from provision.sandbox import cache_root
+from provision.runners.buildkit import TRACE_ID, Trace
+from provision.state import cache_root
 
 # Docker platform -> the machine name pip and the kernel use.
 PLATFORM_MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
@@ -86,6 +90,8 @@ def _docker_host() -> str:
 
 def connect() -> Any:
     """A low-level client to a Docker engine that answers."""
+    # The Docker SDK is imported where it is used, here and below: 160-255 ms (python -X importtime, 2026-11-23), which
+    # `provision render` without --image-context and everything that imports this module for default_tag never need.
     import docker
     import docker.errors
 
@@ -315,8 +321,6 @@ def _fill_wheel_dir(group: WheelGroup, target: WheelTarget, progress: Progress, 
 def leave_out_wheels(dest: Path, group: WheelGroup, progress: Progress) -> None:
     """Delete the group's `leave_out` wheels and rewrite requirements.txt as the exact list of the wheels kept,
     which the Dockerfile installs with --no-deps (pip has no option to skip one dependency)."""
-    from packaging.utils import parse_wheel_filename
-
     kept, dropped = [], []
     for wheel in sorted(dest.glob("*.whl")):
         name, version, _, _ = parse_wheel_filename(wheel.name)
@@ -421,8 +425,6 @@ def _context_tar(ctx: Path) -> Iterator[IO[bytes]]:
     by its first bytes; behind a pax header it takes the whole body for a Dockerfile and fails on line 1
     (`unknown instruction: ././@PaxHeader`, Docker 20.10). GNU format, whole-second mtimes, no owners.
     """
-    import tarfile
-
     def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.mtime, info.uid, info.gid, info.uname, info.gname = int(info.mtime), 0, 0, "", ""
         return info
@@ -477,8 +479,6 @@ def stream_build(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str
     uses). A failed step is RunFailed, with its last output.
     """
     import docker.errors
-
-    from provision.runners.buildkit import TRACE_ID, Trace
 
     version = tuple(int(p) for p in str(api.api_version).split(".")[:2])
     if version < BUILDKIT_API:
@@ -583,22 +583,6 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
 
 def default_tag(plan: Plan, *, skip_frameworks: bool = False) -> str:
     return f"provision/{plan.profile}:{plan.target.os_id}" + ("-noframeworks" if skip_frameworks else "")
-
-
-def plan_from(path: Path, os_override: str | None = None, indexes: dict | None = None) -> Plan:
-    """The plan to build: resolved from a profile (YAML), or read from a saved plan (`provision plan --json`)."""
-    from provision.errors import UsageError
-
-    if not path.exists():
-        raise UsageError(f"{path}: no such file (give a profile such as profiles/deskmini.yaml, or a plan .json)")
-    if path.suffix == ".json":
-        from provision.loader import load_plan
-
-        # As strictly as a profile: every field within what a plan may carry, one line per problem (exit 2).
-        return load_plan(path)
-    from provision.pipeline import plan_for
-
-    return plan_for(str(path), os_override=os_override, indexes=indexes)
 
 
 def write_context(plan: Plan, dockerfile: str, dest: Path, *, skip_frameworks: bool, progress: Progress) -> Path:

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .checks import run
 from .expect import Expect
 from .report import EXIT_CANNOT_RUN
+from .suite import run
 
 
 def parser() -> argparse.ArgumentParser:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checks import PeakLookup, run
 from .driver import DeviceInfo
 from .expect import Expect
 from .report import FAIL, SKIP, Report
+from .stack import PeakLookup
+from .suite import run
 
 
 def expectations(profile: Path | None, os_override: str | None = None) -> Expect:

@@ -3,12 +3,18 @@
 No CUDA runtime, no framework: this works in a minimal image with only the driver's user-space library mounted.
 The primary context is used (cuDevicePrimaryCtxRetain) rather than cuCtxCreate so that cuBLAS, which goes
 through the runtime API and therefore the primary context, can work on the same device pointers.
+The driver's version string (NVML, nvidia-smi, /proc) is read here too: `nvml_driver_version()`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import re
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+from . import libs
 
 CUresult = ctypes.c_int
 CUdeviceptr = ctypes.c_uint64
@@ -236,3 +242,35 @@ class Driver:
             self.destroy_event(start)
             self.destroy_event(stop)
         return times
+
+
+def nvml_driver_version() -> str | None:
+    """The driver's version string ('550.163.01') from NVML, else nvidia-smi, else /proc/driver/nvidia/version."""
+    loaded = libs.load_first([], ("libnvidia-ml.so.1",))
+    if loaded is not None:
+        lib, _ = loaded
+        init = getattr(lib, "nvmlInit_v2", None) or getattr(lib, "nvmlInit", None)
+        if init is not None and init() == 0:
+            buf = ctypes.create_string_buffer(96)
+            try:
+                if lib.nvmlSystemGetDriverVersion(buf, 96) == 0:
+                    return buf.value.decode()
+            finally:
+                lib.nvmlShutdown()
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9]+\.[0-9.]+)", text)
+    return m.group(1) if m else None

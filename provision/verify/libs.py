@@ -1,4 +1,7 @@
-"""Find NVIDIA shared libraries the way a pip-installed stack lays them out, then CUDA_HOME, then the loader cache.
+"""NVIDIA libraries other than the driver and NVRTC (driver.py, nvrtc.py): where they are, and cuBLAS through ctypes.
+
+Owns the search for a library (the way a pip-installed stack lays them out, then CUDA_HOME, then the loader
+cache), loading it, preloading cuBLAS for cuDNN, and the cuBLAS SGEMM timing the kernel checks compare with.
 
 Wheel layouts (site-packages/...): CUDA 11/12 wheels put each library under nvidia/<component>/lib
 (nvidia/cuda_nvrtc/lib, nvidia/cuda_runtime/lib, nvidia/cublas/lib, nvidia/cudnn/lib); CUDA 13 wheels share one
@@ -12,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 CUDA_HOME_SUBDIRS = ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib", "targets/aarch64-linux/lib")
@@ -88,3 +92,51 @@ def load_first(paths: list[Path], sonames: tuple[str, ...] = ()) -> tuple[ctypes
         except OSError:
             continue
     return None
+
+
+def preload_cublas() -> None:
+    """Load cuBLAS into the global symbol table. cuDNN's sub-libraries (libcudnn_ops_infer and friends) resolve
+    cuBLAS through it, as they do inside a framework that has loaded it; without it cudnnGetVersion aborts the
+    process on cuDNN 8."""
+    for stem in ("libcublasLt", "libcublas"):
+        for path in find(stem, ("nvidia/cublas/lib", "nvidia/cu13/lib")):
+            try:
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+
+
+def cublas_sgemm_ms(
+    time_ms: Callable[..., list[float]], size: int, pa: int, pb: int, pc: int, warmup: int, repeats: int
+) -> float | str | None:
+    """Best time of cublasSgemm_v2 on the same device buffers, timed by `time_ms` (Driver.time_ms): column-major,
+    so C^T = B^T A^T gives the row-major C = A B. None without a loadable cuBLAS; a string says why it did not run."""
+    loaded = load_first(
+        find("libcublas", ("nvidia/cu13/lib", "nvidia/cublas/lib")),
+        ("libcublas.so.13", "libcublas.so.12", "libcublas.so.11"),
+    )
+    if loaded is None:
+        return None
+    lib, where = loaded
+    handle = ctypes.c_void_p()
+    if lib.cublasCreate_v2(ctypes.byref(handle)) != 0:
+        return f"cublasCreate failed ({where})"
+    try:
+        alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        f32p, dptr, i32 = ctypes.POINTER(ctypes.c_float), ctypes.c_uint64, ctypes.c_int
+        # handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc
+        lib.cublasSgemm_v2.argtypes = [ctypes.c_void_p, i32, i32, i32, i32, i32, f32p, dptr, i32, dptr, i32, f32p,
+                                       dptr, i32]
+        status: list[int] = []
+
+        def work() -> None:
+            status.append(lib.cublasSgemm_v2(handle, 0, 0, size, size, size, ctypes.byref(alpha), pb, size, pa, size,
+                                             ctypes.byref(beta), pc, size))
+
+        times = time_ms(work, warmup=warmup, repeats=repeats)
+        if any(status):
+            return f"cublasSgemm_v2 returned status {max(status)} ({where})"
+        return min(times)
+    finally:
+        lib.cublasDestroy_v2(handle)

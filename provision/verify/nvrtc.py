@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,8 +229,6 @@ def cubin_sm(image: bytes) -> int | None:
     SM in the low byte of e_flags (0x3d053d = sm_61); OS ABI 0x41 (ABI version 8, CUDA 13) keeps it in bits 8-15
     (0x6005a04 = sm_90).
     """
-    import struct
-
     if len(image) < 52 or not image.startswith(b"\x7fELF") or image[4] != 2:
         return None
     if struct.unpack_from("<H", image, 18)[0] != EM_CUDA:

@@ -21,8 +21,9 @@ spec.loader.exec_module(check_installable)
 SETS = check_installable.plan_sets()
 
 
-# heavy: about 10 minutes of pip resolving every plan against PyPI (2026-11-23: 11 sets, 602 s), which would take
-# the default test command past its 50-minute budget; run with PROVISION_HEAVY=1 (results in the issue notes).
+# heavy: 10-15 minutes of pip resolving every plan against PyPI (2026-11-23: 11 sets, 602 s; 16 sets since the
+# TensorFlow 2.15-2.19 and ubuntu-24.04 variants), which would take the default test command past its 50-minute
+# budget; run with PROVISION_HEAVY=1 (results in the issue notes).
 @pytest.mark.slow
 @pytest.mark.heavy
 @pytest.mark.parametrize("cs", SETS, ids=lambda cs: cs.name)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from provision.sandbox import cache_root
-from provision.verify.checks import KERNELS, compile_kernels, kernel_source
+from provision.verify.kernel_checks import KERNELS, compile_kernels, kernel_source
 from provision.verify.nvrtc import Nvrtc, cubin_sm
 
 REPO = Path(__file__).resolve().parents[2]

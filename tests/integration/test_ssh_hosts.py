@@ -127,7 +127,7 @@ def test_a_changed_host_key_is_refused_in_one_line(debian12):
         assert seconds < 90, f"refusing a changed key took {seconds:.0f} s"
     finally:  # trust the new key again for the tests after this one
         port = read_yaml(inv)["all"]["hosts"][D12]["ansible_port"]
-        sandbox._pin_host_key(port, host_exec(D12, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"))
+        sandbox.pin_host_key(port, host_exec(D12, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"))
 
 
 def test_a_port_where_nothing_listens_is_one_line_and_exit_3(env):

@@ -32,9 +32,19 @@ APPLY_TIMEOUT = 4 * 3600  # DKMS under software emulation: see docs/hosts.md for
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
-def provision(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "provision", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+def provision(*args: str, env: dict[str, str], timeout: float, log: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI. With `log`, its output goes to log.out/log.err as it comes (an apply here takes hours: the files
+    show how far it got), and is read back when it ends."""
+    cmd = [sys.executable, "-m", "provision", *args]
+    if log is None:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    out, err = log.with_suffix(".out"), log.with_suffix(".err")
+    print(f"{' '.join(args[:1])}: output in {out} and {err}", flush=True)
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.run(cmd, stdout=o, stderr=e, text=True, cwd=ROOT, env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out.read_text(), err.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +57,7 @@ def vm(tmp_path_factory):
         up = provision("sandbox", "up", "--vm", NAME, "--os", "debian-13", "--profile", "deskmini", "-o",
                        str(inventory), env=env, timeout=1800)
         assert up.returncode == 0, up.stdout + up.stderr
-        yield inventory, env
+        yield inventory, env, tmp
     finally:
         provision("sandbox", "down", NAME, env=env, timeout=120)
 
@@ -62,12 +72,12 @@ def on_vm(inventory: Path, command: str) -> str:
 
 
 def test_the_kernel_side_is_built_the_host_reboots_and_the_missing_gpu_is_the_one_line_answer(vm):
-    inventory, env = vm
+    inventory, env, tmp = vm
     assert on_vm(inventory, "grep -h Components /etc/apt/sources.list.d/debian.sources | sort -u") == "Components: main"
     boot_before = on_vm(inventory, "cat /proc/sys/kernel/random/boot_id")
     started = time.time()
     first = provision("apply", "-i", str(inventory), "--yes", "--skip-frameworks", "--tags", "nvidia_driver",
-                      env=env, timeout=APPLY_TIMEOUT)
+                      env=env, timeout=APPLY_TIMEOUT, log=tmp / "first-apply")
     took = time.time() - started
     out = first.stdout + first.stderr
     print(f"first apply: exit {first.returncode} in {took:.0f} s")
@@ -90,7 +100,7 @@ def test_the_kernel_side_is_built_the_host_reboots_and_the_missing_gpu_is_the_on
     # Again: nothing to change, no reboot, the same answer.
     boot_after = on_vm(inventory, "cat /proc/sys/kernel/random/boot_id")
     again = provision("apply", "-i", str(inventory), "--yes", "--skip-frameworks", "--tags", "nvidia_driver",
-                      env=env, timeout=APPLY_TIMEOUT)
+                      env=env, timeout=APPLY_TIMEOUT, log=tmp / "second-apply")
     assert again.returncode == 1, again.stdout[-4000:] + again.stderr[-4000:]
     assert "there is no NVIDIA GPU on its PCI bus" in again.stdout + again.stderr
     assert not re.search(r"^\S+\s+changed\s", again.stderr, re.M), again.stderr[-4000:]

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from provision.apply import checks_exit_code, targets
 from provision.cli import print_apply_summary
+from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.fleet import FleetResult, HostResult, assign, profile_label, summary_rows
 from provision.resources import share_dir
 
@@ -120,3 +122,28 @@ def test_the_jupyter_hint_is_the_exact_tunnel_over_the_inventorys_ssh_settings()
     assert one.endswith("sudo -u ml cat /var/lib/provision/jupyter/token")  # as the account, never root
     # No SSH to tunnel through: say where the server answers, never a token.
     assert lines[1].startswith("lab-2: jupyter: http://127.0.0.1:8888/lab on the host itself")
+
+
+@pytest.mark.parametrize(("codes", "expected"), [
+    ({}, EXIT_OK),
+    ({"a": EXIT_OK, "b": EXIT_OK}, EXIT_OK),
+    ({"a": EXIT_OK, "b": EXIT_FAILED}, EXIT_FAILED),
+    ({"a": EXIT_FAILED, "b": EXIT_EXTERNAL}, EXIT_EXTERNAL),  # a host that could not be checked outranks a red one
+])
+def test_checks_exit_code(codes: dict[str, int], expected: int) -> None:
+    assert checks_exit_code(codes) == expected
+
+
+def test_an_apply_on_failed_hosts_only_has_nothing_to_do_when_every_host_succeeded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`apply --failed` after a run where every host succeeded: no groups, nothing resolved, nothing touched."""
+    from provision import state
+
+    monkeypatch.setenv("PROVISION_STATE", str(tmp_path / "state"))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    lab-1:\n      ansible_connection: local\n")
+    state.write_run(str(inv.resolve()), {"lab-1": {"result": "ok", "profile": "deskmini", "step": "", "message": ""}})
+    found = targets(ROOT / "profiles/deskmini.yaml", inv, None, None, None, True)
+    assert found.groups == [] and found.key == str(inv.resolve())
+    again = targets(ROOT / "profiles/deskmini.yaml", inv, None, "debian-13", None, False)
+    assert again.hosts == ["lab-1"] and again.where(inv) == f"1 host(s) in {inv}: lab-1"

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from provision import state
-from provision.apply import Hosts, check_target, run_check
 from provision.errors import UsageError
-from provision.fleet import check_groups, check_targets
+from provision.fleet import check_groups, check_targets, inventory_hostvars
 from provision.models import Plan
 from provision.pipeline import plan_for
+from provision.runners.testinfra import check_target, run_check
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "provision" / "checks" / "http_status.py"
@@ -146,7 +146,8 @@ def test_the_suite_runs_through_the_inventory_and_can_go_red(tmp_path: Path, des
     inv.write_text("all:\n  hosts:\n    here:\n      ansible_connection: local\n      ansible_become: false\n"
                    f"      ansible_python_interpreter: {sys.executable}\n")
     lines: list[str] = []
-    code = run_check(deskmini, Hosts(inventory=inv), "here", skip_frameworks=True, echo=lines.append)
+    code = run_check(deskmini, inv, "here", hostvars=inventory_hostvars(inv)["here"], skip_frameworks=True,
+                     echo=lines.append)
     assert code == 1, "\n".join(lines)
     assert any(line.startswith("test_venv_owned_by_plan_user[ansible://here] FAILED") for line in lines), lines
     assert not any("curl" in line for line in lines)

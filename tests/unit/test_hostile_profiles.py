@@ -237,6 +237,7 @@ def test_a_crafted_saved_plan_is_refused_or_inert(field, tmp_path, monkeypatch):
     import json
 
     import provision.runners.docker as runner
+    from provision.pipeline import plan_from
 
     built: list[str] = []
 
@@ -245,7 +246,7 @@ def test_a_crafted_saved_plan_is_refused_or_inert(field, tmp_path, monkeypatch):
         raise SystemExit(0)
 
     monkeypatch.setattr(runner, "build", fake_build)
-    baseline = dockerfile_instructions(render_outputs(runner.plan_from(GOLDEN_PLAN), tmp_path / "base")[0])
+    baseline = dockerfile_instructions(render_outputs(plan_from(GOLDEN_PLAN), tmp_path / "base")[0])
     dotted = ".".join(str(p) for p in field)
     for payload in PLAN_PAYLOADS:
         built.clear()
@@ -262,7 +263,7 @@ def test_a_crafted_saved_plan_is_refused_or_inert(field, tmp_path, monkeypatch):
             continue
         assert field[0] in PROSE or field == ("profile_path",), f"{dotted}={payload!r} was accepted"
         assert built, result.output
-        plan = runner.plan_from(path)
+        plan = plan_from(path)
         dockerfile, playbook = render_outputs(plan, tmp_path / "out", str(path))
         assert dockerfile == built[0]
         assert_inert(dockerfile, playbook, baseline)

@@ -90,7 +90,8 @@ def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
     proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(files["inventory"]), "site.yml"],
                           cwd=tmp_path, capture_output=True, text=True,
                           env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(share_dir("roles")),
-                               "HOME": str(tmp_path)})
+                               # provision's own modules, where `provision apply` points Ansible (runners.ansible)
+                               "ANSIBLE_LIBRARY": str(share_dir("plugins") / "modules"), "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -101,5 +102,6 @@ def test_rendered_playbook_passes_ansible_lint(deskmini, tmp_path):
     proc = subprocess.run([str(BIN / "ansible-lint"), "--offline", "--format=pep8", "site.yml"], cwd=tmp_path,
                           capture_output=True, text=True,
                           env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(share_dir("roles")),
-                               "HOME": str(tmp_path)})
+                               # provision's own modules, where `provision apply` points Ansible (runners.ansible)
+                               "ANSIBLE_LIBRARY": str(share_dir("plugins") / "modules"), "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -192,6 +192,44 @@ def test_jetson_takes_its_stack_from_jetpack():
     assert plan.image.platform == "linux/arm64"
 
 
+PLATFORMS = {
+    "colab": {"gpu": "Turing Card", "os": "ubuntu-22.04", "kind": "colab"},
+    "jetson": {"gpu": "Tegra Board", "os": "ubuntu-22.04", "kind": "jetson", "arch": "aarch64"},
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "driver", "max_cuda", "min_driver", "cuda", "cudnn"),
+    [("colab", ("580", "580.82.07"), "13.0", "560.28.03", "12.6", "9.10.2"), ("jetson", (None, "36.4.3"), "12.6", None, "12.6", "9.3.0")],
+)
+def test_platform_stack_is_recorded_for_the_verifier_and_installs_nothing(kind, driver, max_cuda, min_driver, cuda, cudnn):
+    plan = resolve(profile(**PLATFORMS[kind]), DB)
+    d, c, n = plan.driver, plan.cuda, plan.cudnn
+    assert (d.install, d.source, d.kernel_module, d.packages) == (False, "platform", "platform", ())
+    assert ((d.branch, d.version), d.max_cuda, d.min_version) == (driver, max_cuda, min_driver)
+    assert (c.version, c.source, c.kind, c.install, c.packages, c.home) == (
+        cuda, "platform", "toolkit", False, (), "/usr/local/cuda")
+    assert (n.version, n.source, n.install, n.packages) == (cudnn, "platform", False, ())
+    assert [r.component for r in plan.reasons][2:4] == ["driver", "cuda"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "pin", "message", "way_out"),
+    [
+        ("colab", {"cudnn": "8"}, "Colab's runtime r1 comes with cuDNN 9.10.2; the profile pins 8",
+         "drop the cuDNN pin: Colab's stack is verified, not replaced"),
+        ("colab", {"python": "3.10"}, "Colab's runtime r1 comes with Python 3.13; the profile pins 3.10",
+         "drop the Python pin"),
+        ("jetson", {"cuda": "12.8"}, "JetPack 6.2 comes with CUDA 12.6; the profile pins 12.8",
+         "flash the JetPack release that carries it"),
+    ],
+)
+def test_platform_pin_that_differs_from_what_it_ships_is_refused_with_the_way_out(kind, pin, message, way_out):
+    with pytest.raises(IncompatibleError) as exc:
+        resolve(profile(**PLATFORMS[kind], **pin), DB)
+    assert message in exc.value.message and any(way_out in a for a in exc.value.alternatives)
+
+
 def test_jetson_os_must_match_jetpack():
     with pytest.raises(IncompatibleError, match="JetPack 6.2 is ubuntu 22.04"):
         resolve(profile("Tegra Board", "debian-12", kind="jetson", arch="aarch64"), DB)

@@ -115,21 +115,23 @@ def test_yamllint_passes() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_copies_of_check_requirements_are_identical():
-    """Roles ship alone, so the roles that install wheels each carry python_env's requirement checker: one text."""
-    original = (ROLES_DIR / "python_env/files/check_requirements.py").read_text()
-    copies = sorted(ROLES_DIR.glob("*/files/check_requirements.py"))
-    assert len(copies) == 5, copies
-    for copy in copies:
-        assert copy.read_text() == original, f"{copy} differs from python_env's: copy it again"
+def test_roles_read_the_environment_with_provision_facts_not_a_copied_script():
+    """The roles that install wheels read the environment through one module (plugins/modules/provision_facts.py),
+    which runs its interpreter as the owning account; no role carries a requirement checker of its own."""
+    assert not sorted(ROLES_DIR.glob("*/files/check_requirements.py"))
+    for role in ["python_env", "cuda", "cudnn", "jupyter", "gpu_verify"]:
+        text = "".join(p.read_text() for p in (ROLES_DIR / role / "tasks").glob("*.yml"))
+        assert "provision_facts:" in text and "check_requirements" not in text, role
 
 
 @pytest.mark.parametrize("scenario", sorted(ROLES_DIR.glob("*/molecule/*/molecule.yml")), ids=lambda p: f"{p.parts[-4]}/{p.parts[-2]}")
 def test_scenarios_find_provisions_own_modules(scenario: Path) -> None:
-    """Roles call provision_apt_components (plugins/modules); molecule finds it through ANSIBLE_LIBRARY."""
+    """Roles call provision_apt_components and provision_facts (plugins/modules); molecule finds them through
+    ANSIBLE_LIBRARY."""
     env = load(scenario)["provisioner"]["env"]
     library = env["ANSIBLE_LIBRARY"].replace("${MOLECULE_PROJECT_DIRECTORY}", str(scenario.parents[2]))
-    assert (Path(library) / "provision_apt_components.py").is_file(), library
+    for module in ["provision_apt_components.py", "provision_facts.py"]:
+        assert (Path(library) / module).is_file(), library
 
 
 @pytest.mark.parametrize("role", ALL_ROLES)
@@ -140,6 +142,10 @@ def test_roles_that_use_apt_install_python3_apt_first(role: str) -> None:
         pytest.skip(f"{role} does not use ansible.builtin.apt")
     main = load(tasks / "main.yml")
     names = [t.get("name", "") for t in main]
-    first_apt_user = next(i for i, t in enumerate(main) if "include_tasks" in str(t) or "ansible.builtin.apt" in t)
     step = next(i for i, n in enumerate(names) if "python3-apt" in n)
-    assert step < first_apt_user and "apt-get" in str(main[step])
+    first_apt_user = next(i for i, t in enumerate(main)
+                          if i != step and ("include_tasks" in str(t) or "ansible.builtin.apt" in t))
+    # The step is a block, or an include of the role's python3_apt.yml reached only when dpkg lacks python3-apt.
+    included = main[step].get("ansible.builtin.include_tasks")
+    text = str(main[step]) + ((tasks / included).read_text() if included else "")
+    assert step < first_apt_user and "apt-get" in text

@@ -9,23 +9,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from provision.verify import checks, libs
-from provision.verify.checks import (
-    NO_DRIVER,
+from provision.verify import libs
+from provision.verify.driver import DeviceInfo, format_cuda_version
+from provision.verify.expect import Expect
+from provision.verify.kernel_checks import _pct_check, ptxas_usage, sgemm_size, sgemm_tolerance
+from provision.verify.nvrtc import NvrtcError, arch_number, choose_target, cubin_sm
+from provision.verify.report import FAIL, PASS, SKIP, Check, Report, validate
+from provision.verify.stack import (
     _versions_match,
     check_device,
     check_driver,
     decode_cudnn_version,
     device_peak_bandwidth,
     peaks_for,
-    ptxas_usage,
-    sgemm_size,
-    sgemm_tolerance,
 )
-from provision.verify.driver import DeviceInfo, format_cuda_version
-from provision.verify.expect import Expect
-from provision.verify.nvrtc import NvrtcError, arch_number, choose_target, cubin_sm
-from provision.verify.report import FAIL, PASS, SKIP, Check, Report, validate
+from provision.verify.suite import NO_ARCH, NO_DRIVER, run
 from tests.support import plans
 
 
@@ -242,15 +240,15 @@ def test_peaks_belong_to_the_device_that_answered() -> None:
                  source="plan:h100")
     pcie = _dev(name="NVIDIA H100 PCIe", cc=90, sms=114, mem_mhz=1593, bus=5120, gib=80)
     # Another model with the same compute capability: the plan's peaks are not its peaks ...
-    assert checks.check_device(pcie, sxm).status == FAIL
-    assert "2039 GB/s" in checks.check_device(pcie, sxm).detail
+    assert check_device(pcie, sxm).status == FAIL
+    assert "2039 GB/s" in check_device(pcie, sxm).detail
     # ... so that model's own row is looked up, and without one there is no FP32 peak (the % check SKIPs).
     p = peaks_for(pcie, sxm, lambda dev: (2039.0, 51.2))
     assert (p["bandwidth_gbps"], p["fp32_tflops"]) == (2039.0, 51.2) and "device's own row" in p["source"]
     p = peaks_for(pcie, sxm, None)
     assert p["fp32_tflops"] is None and p["bandwidth_gbps"] == pytest.approx(2039.0, abs=1)
     same = _dev(name="NVIDIA H100 80GB HBM3", cc=90, sms=132, mem_mhz=2619, bus=5120, gib=80)
-    assert checks.check_device(same, sxm).status == PASS
+    assert check_device(same, sxm).status == PASS
     assert peaks_for(same, sxm, None)["fp32_tflops"] == 66.9
 
 
@@ -264,13 +262,13 @@ def test_peaks_from_lookup_then_device_attributes() -> None:
 
 def test_percent_of_peak_decides_pass_and_fail() -> None:
     figs: dict = {}
-    ok = checks._pct_check("triad", True, 220.0, "GB/s", 256.0, 50, 80, "bad", figs, "triad_gbps")
+    ok = _pct_check("triad", True, 220.0, "GB/s", 256.0, 50, 80, "bad", figs, "triad_gbps")
     assert ok.status == PASS and figs["triad_pct_peak"] == pytest.approx(85.9, abs=0.1)
-    slow = checks._pct_check("triad", True, 100.0, "GB/s", 256.0, 50, 80, "bad", {}, "triad_gbps")
+    slow = _pct_check("triad", True, 100.0, "GB/s", 256.0, 50, 80, "bad", {}, "triad_gbps")
     assert slow.status == FAIL and "39.1% of peak" in slow.detail
-    nopeak = checks._pct_check("sgemm", True, 5000.0, "GFLOPS", None, 20, 50, "bad", {}, "sgemm_gflops")
+    nopeak = _pct_check("sgemm", True, 5000.0, "GFLOPS", None, 20, 50, "bad", {}, "sgemm_gflops")
     assert nopeak.status == SKIP and "no peak figure" in nopeak.detail  # never a PASS without a peak
-    wrong = checks._pct_check("triad", False, 999.0, "GB/s", 256.0, 50, 80, "wrong result", {}, "triad_gbps")
+    wrong = _pct_check("triad", False, 999.0, "GB/s", 256.0, 50, 80, "wrong result", {}, "triad_gbps")
     assert wrong.status == FAIL and wrong.detail == "wrong result"
 
 
@@ -279,7 +277,7 @@ def test_sgemm_tolerance_catches_an_indexing_bug_but_not_rounding() -> None:
     k = 512
     a = rng.uniform(-1, 1, (128, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, 128)).astype(np.float32)
-    tol = sgemm_tolerance(np, a, b, k)
+    tol = sgemm_tolerance(a, b, k)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.max(np.abs((a @ b) - ref)) <= tol  # float32 BLAS is within it
     shifted = np.roll(a @ b, 1, axis=1)  # an off-by-one column
@@ -314,14 +312,14 @@ def test_wheel_layouts_are_searched_first(tmp_path: Path) -> None:
 
 
 def test_without_a_driver_verify_says_so_and_exits_2(tmp_path: Path) -> None:
-    report = checks.run(Expect(), libcuda=str(tmp_path / "libcuda.so.1"), frameworks=False, jupyter=False)
+    report = run(Expect(), libcuda=str(tmp_path / "libcuda.so.1"), frameworks=False, jupyter=False)
     assert report.exit_code == 2 and report.status == "error"
     assert report.error == NO_DRIVER
     assert "no NVIDIA driver found (libcuda.so.1 not loadable)" in report.text_lines()[-2]
 
 
 def test_a_missing_nvrtc_is_a_failed_check_with_the_way_out(tmp_path: Path) -> None:
-    report = checks.run(
+    report = run(
         Expect(),
         compile_only=True,
         arch="sm_61",
@@ -336,6 +334,6 @@ def test_a_missing_nvrtc_is_a_failed_check_with_the_way_out(tmp_path: Path) -> N
 
 
 def test_a_compile_only_run_without_an_architecture_stops_before_any_check(tmp_path: Path) -> None:
-    report = checks.run(Expect(), compile_only=True, nvrtc_path=str(tmp_path / "libnvrtc.so.12"))
-    assert report.exit_code == 2 and report.error == checks.NO_ARCH
+    report = run(Expect(), compile_only=True, nvrtc_path=str(tmp_path / "libnvrtc.so.12"))
+    assert report.exit_code == 2 and report.error == NO_ARCH
     assert report.checks == []

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from provision.verify import fatbin
-from provision.verify.checks import framework_kernels, framework_version_matches
+from provision.verify.environment import framework_kernels, framework_version_matches
 from provision.verify.report import FAIL, PASS
 
 CACHE = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision")) / "fwcheck"

@@ -6,10 +6,10 @@ import ctypes
 
 import pytest
 
-from provision.verify import checks
 from provision.verify.expect import Expect
 from provision.verify.nvrtc import Nvrtc, NvrtcError
 from provision.verify.report import validate
+from provision.verify.suite import run
 
 
 def _no_gpu_reason() -> str | None:
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REA
 def test_every_kernel_runs_correctly_and_reports_figures() -> None:
     from provision.verify.controller import compat_peak_lookup
 
-    report = checks.run(Expect(source="device"), peak_lookup=compat_peak_lookup(), repeats=5, frameworks=False,
+    report = run(Expect(source="device"), peak_lookup=compat_peak_lookup(), repeats=5, frameworks=False,
                         jupyter=False)
     data = report.to_dict()
     assert validate(data) == []

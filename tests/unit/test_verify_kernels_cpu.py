@@ -1,5 +1,7 @@
 """The verifier's CUDA kernels run on the CPU through a small CUDA-C++ emulation (tests/unit/verify_emu/), so their
-index arithmetic, tiling and synchronisation are checked against NumPy on a machine without a GPU.
+index arithmetic, tiling and synchronisation are checked against NumPy on a machine without a GPU; and the
+verifier's own runners (provision.verify.kernel_checks) drive them through a CPU stand-in for the driver, so their
+buffers, argument order and result checks are exercised too.
 
 The .cu files are compiled unchanged by g++ with cuda_emu.h (one std::thread per CUDA thread, a std::barrier for
 __syncthreads). This says nothing about speed; the `gpu` tests and docs/verification.md cover that.
@@ -10,13 +12,19 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from provision.resources import kernels_dir
-from provision.verify.checks import sgemm_tolerance
+from provision.verify.driver import DeviceInfo
+from provision.verify.expect import Expect
+from provision.verify.kernel_checks import KERNELS, run_kernels, run_reduce, run_sgemm, run_triad, sgemm_tolerance
+from provision.verify.nvrtc import CompileResult
+from provision.verify.report import Report
 
 HERE = Path(__file__).resolve().parent / "verify_emu"
 
@@ -82,7 +90,7 @@ def test_sgemm_matches_numpy_with_beta_zero_ignoring_nan_in_c(emu, m, n, k) -> N
     c = np.full((m, n), np.nan, dtype=np.float32)
     emu.emu_sgemm(m, n, k, 1.0, _p(a), _p(b), 0.0, _p(c))
     ref = a.astype(np.float64) @ b.astype(np.float64)
-    assert np.max(np.abs(c - ref)) <= sgemm_tolerance(np, a, b, k)
+    assert np.max(np.abs(c - ref)) <= sgemm_tolerance(a, b, k)
 
 
 def test_sgemm_applies_alpha_and_beta(emu) -> None:
@@ -94,7 +102,7 @@ def test_sgemm_applies_alpha_and_beta(emu) -> None:
     c = c0.copy()
     emu.emu_sgemm(m, n, k, 0.5, _p(a), _p(b), 2.0, _p(c))
     ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64)) + 2.0 * c0
-    assert np.max(np.abs(c - ref)) <= sgemm_tolerance(np, a, b, k) + 1e-6
+    assert np.max(np.abs(c - ref)) <= sgemm_tolerance(a, b, k) + 1e-6
 
 
 def test_triad_matches_numpy_with_a_grid_stride_loop(emu) -> None:
@@ -116,3 +124,124 @@ def test_reduce_partials_sum_to_the_numpy_sum(emu) -> None:
     ref = float(np.sum(x, dtype=np.float64))
     assert abs(float(np.sum(partial, dtype=np.float64)) - ref) <= 1e-4 * ref
     assert np.all(partial > 0)  # every block got a slice
+
+
+# --- the runners, through a CPU stand-in for the driver ----------------------------------------------------------
+
+
+class CpuDriver:
+    """The part of provision.verify.driver.Driver that run_kernels uses, on host memory: a "module" is a kernel
+    stem, a launch calls that kernel's emulation with the arguments the runner packed for cuLaunchKernel."""
+
+    def __init__(self, emu: ctypes.CDLL, skip: str = "") -> None:
+        self.emu, self.skip = emu, skip  # skip: a kernel whose launches do nothing (a broken kernel)
+        self.buffers: dict[int, np.ndarray] = {}
+        self.launched: list[str] = []
+
+    def open(self, index: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def load_module(self, image: bytes) -> str:
+        return image.decode()
+
+    def function(self, module: str, name: str) -> str:
+        assert KERNELS[module][0] == name
+        return module
+
+    def unload(self, module: str) -> None:
+        pass
+
+    def alloc(self, nbytes: int) -> int:
+        buf = np.zeros(nbytes, dtype=np.uint8)
+        self.buffers[buf.ctypes.data] = buf
+        return buf.ctypes.data
+
+    def free(self, ptr: int) -> None:
+        del self.buffers[ptr]
+
+    def htod(self, ptr: int, array: np.ndarray) -> None:
+        assert array.nbytes <= self.buffers[ptr].nbytes
+        ctypes.memmove(ptr, array.ctypes.data, array.nbytes)
+
+    def dtoh(self, array: np.ndarray, ptr: int) -> None:
+        assert array.nbytes <= self.buffers[ptr].nbytes
+        ctypes.memmove(array.ctypes.data, ptr, array.nbytes)
+
+    def synchronize(self) -> None:
+        pass
+
+    def launch(self, fn: str, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[Any]) -> None:
+        self.launched.append(fn)
+        if fn == self.skip:
+            return
+        v = [a.value for a in args]
+        if fn == "triad":
+            self.emu.emu_triad(v[0], v[1], v[2], v[3], 4 * v[4], grid[0])
+        elif fn == "reduce":
+            self.emu.emu_reduce(v[0], v[1], 4 * v[2], grid[0])
+        else:
+            assert grid == (v[1] // 128, v[0] // 128, 1)
+            self.emu.emu_sgemm(*v)
+
+    def time_ms(self, work, *, warmup: int, repeats: int) -> list[float]:
+        for _ in range(warmup):
+            work()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            work()
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
+
+
+# A tiny GPU (3 MiB): the smallest arrays (2^16 floats), 8 blocks, and the smallest SGEMM (1024^3).
+SMALL = DeviceInfo(index=0, name="emulated", cc=61, sm_count=1, clock_mhz=1000.0, memory_clock_mhz=0.0,
+                   bus_width_bits=0, total_memory_bytes=3 * 2**20, integrated=False)
+NO_PEAKS = {"bandwidth_gbps": None, "fp32_tflops": None}
+
+
+def _run(driver: CpuDriver) -> Report:
+    images = {stem: CompileResult(f"{stem}.cu", "sm_61", "cubin", stem.encode(), "", 0.0) for stem in KERNELS}
+    report = Report(mode="full", expect={})
+    run_kernels(driver, SMALL, images, Expect(), NO_PEAKS, report, warmup=0, repeats=1)
+    return report
+
+
+def test_the_runners_check_correct_results_and_report_figures(emu) -> None:
+    driver = CpuDriver(emu)
+    report = _run(driver)
+    statuses = {c.name: c.status for c in report.checks}
+    details = {c.name: c.detail for c in report.checks}
+    # No peak figure for an emulated device: correct results, percentages SKIPped (never a PASS without a peak).
+    assert statuses == {"triad": "SKIP", "reduce": "SKIP", "sgemm-correct": "PASS", "sgemm": "SKIP",
+                        "sgemm-vs-cublas": statuses["sgemm-vs-cublas"]}, details
+    assert all("(results correct)" in details[k] for k in ("triad", "reduce", "sgemm")), details
+    # Emulated speeds round to 0.0 GB/s: the figures are there, and the times behind them were measured.
+    assert {"triad_gbps", "reduce_gbps", "sgemm_gflops"} <= report.figures.keys()
+    figures = {c.name: c.figures for c in report.checks}
+    assert figures["triad"]["n"] == figures["reduce"]["n"] == 1 << 16 and figures["sgemm"]["size"] == 1024
+    assert all(figures[k]["best_ms"] > 0 for k in ("triad", "reduce", "sgemm"))
+    assert driver.buffers == {}  # every device buffer freed
+    assert driver.launched == ["triad", "reduce", "sgemm", "sgemm"]
+
+
+@pytest.mark.parametrize(
+    ("runner", "broken", "detail"),
+    [(run_triad, "triad", "wrong result"), (run_reduce, "reduce", "wrong sum")],
+)
+def test_a_stream_kernel_that_computes_nothing_fails_its_check(emu, runner, broken: str, detail: str) -> None:
+    driver = CpuDriver(emu, skip=broken)
+    check = runner(driver, broken, SMALL, NO_PEAKS, Expect(), 0, 1)
+    assert check.status == "FAIL" and check.detail.startswith(detail), check.detail
+    assert driver.buffers == {}
+
+
+def test_an_sgemm_that_computes_nothing_fails_before_it_is_timed(emu) -> None:
+    driver = CpuDriver(emu, skip="sgemm")
+    checks, figures = run_sgemm(driver, "sgemm", SMALL, NO_PEAKS, Expect(), 0, 1)
+    assert [(c.name, c.status) for c in checks] == [("sgemm-correct", "FAIL")] and figures == {}
+    assert "max error nan > tolerance" in checks[0].detail  # C was NaN-filled and never written
+    assert driver.buffers == {} and driver.launched == ["sgemm"]

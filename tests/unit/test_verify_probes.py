@@ -1,7 +1,7 @@
 """The framework and Jupyter probes run for real in a subprocess of another environment's Python.
 
 The Jupyter probe needs an environment with jupyter_client and ipykernel: made once in the shared cache
-(provision.sandbox.cache_root()/venvs/verify-jupyter, ~1 min on a cold pip cache), hence `slow`.
+(provision.state.cache_root()/venvs/verify-jupyter, ~1 min on a cold pip cache), hence `slow`.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from provision.sandbox import cache_root
-from provision.verify import checks
-from provision.verify.checks import check_frameworks, check_jupyter
+from provision.state import cache_root
+from provision.verify.environment import check_frameworks, check_jupyter
 from provision.verify.expect import Expect
+from provision.verify.suite import run
 
 # Test inputs, not product data: any jupyter_client/ipykernel that starts a kernel will do.
 JUPYTER_REQUIREMENTS = ["jupyter_client", "ipykernel", "numpy"]
@@ -60,7 +59,7 @@ def test_a_compile_only_run_reports_the_probes_it_ran_beside_the_toolchain_check
     jupyter_python: str, tmp_path: Path
 ) -> None:
     # The probes start first and run in the background; the report still lists them after the toolchain's checks.
-    report = checks.run(Expect(jupyter=True), compile_only=True, arch="sm_61",
+    report = run(Expect(jupyter=True), compile_only=True, arch="sm_61",
                         nvrtc_path=str(tmp_path / "libnvrtc.so.12"), python=jupyter_python)
     names = [c.name for c in report.checks]
     assert names[0] == "nvrtc" and names[-3:] == ["framework:pytorch", "framework:tensorflow", "jupyter"]
@@ -87,7 +86,7 @@ def test_a_planned_framework_that_does_not_import_fails() -> None:
     else:
         pytest.skip("torch is installed in the test interpreter")
     plan = Expect(frameworks=[{"name": "pytorch", "package": "torch", "version": "2.6.0", "cuda": "12.6"}])
-    [c] = check_frameworks(plan, sys.executable, gpu=False, np=np)
+    [c] = check_frameworks(plan, sys.executable, gpu=False)
     assert c.status == "FAIL" and "pytorch 2.6.0 planned but not importable" in c.detail
-    skipped = check_frameworks(Expect(), sys.executable, gpu=False, np=np)
+    skipped = check_frameworks(Expect(), sys.executable, gpu=False)
     assert {c.name: c.status for c in skipped} == {"framework:pytorch": "SKIP", "framework:tensorflow": "SKIP"}

@@ -1,0 +1,460 @@
+#!/usr/bin/python
+"""Read in one call what a provision role needs to decide: dpkg versions, a virtual environment's distributions
+(read as the account that owns it), file stats, systemd unit states and accounts.
+
+A role calls it once, decides from its answer and acts only on differences: on a converged host one task replaces
+a probe task per fact (and the requirement checker each role used to carry).
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: provision_facts
+short_description: Read the host once for a provision role (packages, environment, files, services, accounts)
+description:
+  - Answers, in one call, what a role needs to decide whether anything is to be done. Reads only; never changes
+    the host, so it runs unchanged in check mode.
+  - C(packages) come from one C(dpkg-query) call; a package counts as installed when dpkg says C(ii).
+  - The environment's installed distributions are read with C(importlib.metadata) by the environment's own
+    interpreter, run in isolated mode (C(-I)) as the account that owns the environment (given by
+    O(venv.owner)), never as root. When the module runs as root it drops to that account with C(setpriv)
+    (its uid, gid and groups) and a minimal environment. The interpreter's output is treated as untrusted data: it
+    must be one JSON object of the expected shape, or the environment is reported as unreadable.
+    Whether each requirement (C(name==version), C(name[extra]==version)) is met is decided here, not by the
+    interpreter; a local version label on the installed distribution (C(2.6.0+cu126)) satisfies a requirement
+    without one, as pip does.
+  - Files are read with C(lstat) (a link is reported as a link, not followed); a sha256 is computed only where asked,
+    only for a regular file, opened without following links.
+  - Services are read with one C(systemctl show) call.
+options:
+  packages:
+    description: Debian package names whose installed versions to read.
+    type: list
+    elements: str
+    default: []
+  venv:
+    description:
+      - A virtual environment to read. Keys C(path) (the environment's directory), C(owner) (the account that owns
+        it; the interpreter runs as this account), C(requirements) (exact pins to check) and C(checksums) (paths
+        relative to the environment whose sha256 the account's interpreter reads: root does not read the
+        account's files).
+      - Empty (the default) reads no environment.
+    type: dict
+    default: {}
+  files:
+    description: Paths to stat. An item is a path, or a dict with C(path) and C(checksum) (true for a sha256).
+    type: list
+    elements: raw
+    default: []
+  hash_files:
+    description: Paths to stat and hash (sha256), as O(files) items with C(checksum) true; reported under RV(files).
+    type: list
+    elements: path
+    default: []
+  services:
+    description: systemd unit names (C(jupyter) or C(jupyter.service)) whose states to read.
+    type: list
+    elements: str
+    default: []
+  accounts:
+    description: Account names to look up in the password database.
+    type: list
+    elements: str
+    default: []
+  interpreter:
+    description:
+      - A root-owned system interpreter whose C(major.minor) version to read (for example C(/usr/bin/python3)).
+        It is run only when it and its directory are owned by root and not writable by group or others.
+    type: path
+    default: ""
+author: provision
+"""
+
+EXAMPLES = r"""
+- name: Read the host
+  provision_facts:
+    packages: [python3-venv]
+    venv:
+      path: /opt/provision/venv
+      owner: ml
+      requirements: ["numpy==2.2.6"]
+    files: [{path: /opt/provision/venv/pip.conf, checksum: true}]
+    services: [jupyter]
+    accounts: [ml]
+  register: python_env_facts
+"""
+
+RETURN = r"""
+packages:
+  description: Per package asked, its installed version, or null when dpkg does not have it installed (C(ii)).
+  returned: always
+  type: dict
+  sample: {"python3-venv": "3.13.5-1", "python3-apt": null}
+venv:
+  description:
+    - The environment read. C(exists) (its C(bin/python) is there), C(python) (C(major.minor) of its interpreter),
+      C(system_site_packages) (whether it sees the system's packages), C(checksums) (per path asked, its sha256 or
+      null when absent),
+      C(distributions) (normalized name to version), C(ok) and C(wrong) (the requirements met, and those not, each
+      C({requirement, installed, error})), C(satisfied) (every requirement met), C(error) (why the environment could
+      not be read, or null).
+  returned: always
+  type: dict
+  sample: {"path": "/opt/provision/venv", "exists": true, "python": "3.13", "satisfied": true, "ok": [], "wrong": [],
+           "distributions": {"numpy": "2.2.6"}, "error": null}
+files:
+  description: Per path asked, C(exists), and when it does C(type) (file, directory, link, other), C(mode) (C("0644")),
+    C(owner), C(group), C(uid), C(gid), C(size) and, where asked, C(sha256).
+  returned: always
+  type: dict
+  sample: {"/etc/hosts": {"exists": true, "type": "file", "mode": "0644", "owner": "root", "group": "root"}}
+services:
+  description: Per unit asked (by the name given), C(load) (C(loaded), C(not-found)), C(active) (C(active),
+    C(inactive), C(failed)), C(sub) and C(enabled) (the unit file state, C(enabled), C(disabled), or empty).
+  returned: always
+  type: dict
+accounts:
+  description: Per account asked, C(exists), and when it does C(uid), C(gid), C(home), C(shell).
+  returned: always
+  type: dict
+interpreter:
+  description: C(path) and C(version) (C(major.minor.micro)) of O(interpreter), or empty when not asked.
+  returned: always
+  type: dict
+"""
+
+# Ansible's layout: the documentation blocks come before the imports.
+import grp  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import pwd  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import stat  # noqa: E402
+import subprocess  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+# Run by the environment's interpreter as its owner: it only lists what is installed. Everything it prints is checked
+# here before use (the account can make its interpreter print anything).
+DISTRIBUTIONS_SCRIPT = (
+    "import hashlib, json, os, site, sys\n"
+    "from importlib import metadata\n"
+    "found = {}\n"
+    "for dist in metadata.distributions():\n"
+    "    name = dist.metadata['Name']\n"
+    "    if name and name not in found:\n"
+    "        found[name] = dist.version\n"
+    "sums = {}\n"
+    "for rel in sys.argv[1:]:\n"
+    "    try:\n"
+    "        with open(os.path.join(sys.prefix, rel), 'rb') as handle:\n"
+    "            sums[rel] = hashlib.sha256(handle.read()).hexdigest()\n"
+    "    except OSError:\n"
+    "        sums[rel] = None\n"
+    "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'distributions': found, 'checksums': sums,\n"
+    "                  'system_site_packages': sys.base_prefix in site.PREFIXES}))\n"
+)
+REQUIREMENT = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*(\S+)")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,99}")
+PYTHON = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
+MAX_OUTPUT = 4 * 1024 * 1024
+TIMEOUT_S = 120
+# What the dropped interpreter gets as its environment: nothing of root's.
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class FactsError(Exception):
+    """A fact could not be read; the message is for people."""
+
+
+def normalize(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dpkg
+
+
+def parse_dpkg(text: str, wanted: list[str]) -> dict[str, str | None]:
+    """`dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\t${Version}\\n'` output → {package: version or None}."""
+    found: dict[str, str | None] = dict.fromkeys(wanted)
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 3:
+            continue
+        package, status, version = parts
+        # A multi-arch package answers as "name:arch" only when asked so; the names asked are what we key by.
+        package = package.split(":", 1)[0]
+        if package in found and status.strip() == "ii":
+            found[package] = version
+    return found
+
+
+def read_packages(names: list[str]) -> dict[str, str | None]:
+    if not names:
+        return {}
+    dpkg_query = shutil.which("dpkg-query") or "/usr/bin/dpkg-query"
+    # Exit 1 only says that some name is unknown to dpkg: the others are still listed.
+    proc = subprocess.run([dpkg_query, "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n", "--", *names],
+                          capture_output=True, text=True, check=False, timeout=TIMEOUT_S)
+    if proc.returncode not in (0, 1):
+        raise FactsError(f"dpkg-query failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    return parse_dpkg(proc.stdout, names)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The environment
+
+
+def check_requirement(requirement: str, installed: dict[str, str]) -> dict:
+    """One exact pin against {normalized name: version}: {requirement, installed, error}."""
+    spec = requirement.split(";", 1)[0].strip()
+    match = REQUIREMENT.fullmatch(spec)
+    if not match:
+        return {"requirement": requirement, "installed": None, "error": "not an exact 'name==version' requirement"}
+    name, wanted = match.group(1), match.group(3)
+    version = installed.get(normalize(name))
+    if version is None:
+        return {"requirement": requirement, "installed": None, "error": "not installed"}
+    same = version == wanted or ("+" not in wanted and version.split("+", 1)[0] == wanted)
+    return {"requirement": requirement, "installed": version, "error": None if same else "other version"}
+
+
+def parse_distributions(stdout: str, checksums: list[str]) -> dict:
+    """The interpreter's answer, validated: {python ("3.13"), distributions ({normalized name: version}),
+    checksums ({asked path: sha256 or None}), system_site_packages (bool)}. Raises FactsError."""
+    if len(stdout) > MAX_OUTPUT:
+        raise FactsError("the environment's interpreter printed more than expected")
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        raise FactsError("the environment's interpreter did not print one JSON object") from None
+    if not isinstance(data, dict) or not isinstance(data.get("distributions"), dict):
+        raise FactsError("the environment's interpreter printed JSON of another shape")
+    python = data.get("python")
+    if not isinstance(python, str) or not PYTHON.fullmatch(python):
+        raise FactsError("the environment's interpreter reported no valid Python version")
+    found: dict[str, str] = {}
+    for name, version in data["distributions"].items():
+        if not (isinstance(name, str) and isinstance(version, str) and NAME.fullmatch(name)
+                and VERSION.fullmatch(version)):
+            raise FactsError(f"the environment's interpreter reported an invalid distribution: {str(name)[:80]!r}")
+        found.setdefault(normalize(name), version)
+    sums = data.get("checksums")
+    if not isinstance(sums, dict) or sorted(sums) != sorted(checksums) or not all(
+            v is None or (isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v)) for v in sums.values()):
+        raise FactsError("the environment's interpreter reported invalid checksums")
+    system_site = data.get("system_site_packages")
+    if not isinstance(system_site, bool):
+        raise FactsError("the environment's interpreter did not say whether it sees the system's packages")
+    return {"python": python, "distributions": found, "checksums": sums, "system_site_packages": system_site}
+
+
+def as_account(owner: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """argv run as `owner` (dropped with setpriv when this runs as root), and the minimal environment it gets."""
+    try:
+        account = pwd.getpwnam(owner)
+    except KeyError:
+        raise FactsError(f"the environment's owner {owner!r} is not an account on this host") from None
+    if account.pw_uid == 0:
+        raise FactsError("the environment's owner is root: provision never runs an environment's interpreter as root")
+    env = {"PATH": SAFE_PATH, "HOME": account.pw_dir, "USER": owner, "LOGNAME": owner, "LANG": "C.UTF-8"}
+    if os.geteuid() == account.pw_uid:
+        return argv, env
+    if os.geteuid() != 0:
+        raise FactsError(f"reading the environment as {owner!r} needs root (become: true) or that account")
+    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+    return [setpriv, f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--init-groups",
+            "--", *argv], env
+
+
+def read_environment(path: str, owner: str, requirements: list[str], checksums: list[str]) -> dict:
+    result: dict = {"path": path, "owner": owner, "exists": False, "python": None, "distributions": {},
+                    "checksums": dict.fromkeys(checksums), "system_site_packages": None,
+                    "ok": [], "wrong": [], "satisfied": False, "error": None}
+    python = os.path.join(path, "bin", "python")
+    if not os.path.exists(python):
+        result["wrong"] = [{"requirement": r, "installed": None, "error": "no environment"} for r in requirements]
+        return result
+    result["exists"] = True
+    argv, env = as_account(owner, [python, "-I", "-c", DISTRIBUTIONS_SCRIPT, *checksums])
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd="/",
+                              stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise FactsError(f"the environment's interpreter {python} did not answer within {TIMEOUT_S} s") from None
+    if proc.returncode != 0:
+        # An environment whose interpreter cannot run (a half-made one, a removed system Python) is one to make
+        # again: reported, not fatal.
+        result["error"] = f"{python} exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    else:
+        result.update(parse_distributions(proc.stdout, checksums))
+    checks = [check_requirement(r, result["distributions"]) for r in requirements]
+    result["ok"] = [c for c in checks if not c["error"]]
+    result["wrong"] = [c for c in checks if c["error"]]
+    result["satisfied"] = result["error"] is None and not result["wrong"]
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Files, services, accounts, the system interpreter
+
+
+def name_of(getter, number: int) -> str | None:
+    try:
+        return getter(number)[0]
+    except KeyError:
+        return None
+
+
+def stat_file(path: str, checksum: bool) -> dict:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"exists": False}
+    except NotADirectoryError:
+        return {"exists": False}
+    kind = ("file" if stat.S_ISREG(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode)
+            else "link" if stat.S_ISLNK(st.st_mode) else "other")
+    info: dict = {"exists": True, "type": kind, "mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid,
+                  "gid": st.st_gid, "owner": name_of(pwd.getpwuid, st.st_uid),
+                  "group": name_of(grp.getgrgid, st.st_gid), "size": st.st_size}
+    if checksum and kind == "file":
+        digest = hashlib.sha256()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):  # replaced since the lstat
+                raise FactsError(f"files: {path} is no longer a regular file")
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        info["sha256"] = digest.hexdigest()
+    return info
+
+
+def read_files(items: list) -> dict:
+    found = {}
+    for item in items:
+        if isinstance(item, dict):
+            path, checksum = str(item.get("path", "")), bool(item.get("checksum", False))
+        else:
+            path, checksum = str(item), False
+        if not os.path.isabs(path):
+            raise FactsError(f"files: {path!r} is not an absolute path")
+        found[path] = stat_file(path, checksum)
+    return found
+
+
+def unit_name(name: str) -> str:
+    return name if re.search(r"\.(service|socket|timer|target|mount|path)$", name) else f"{name}.service"
+
+
+def parse_systemctl_show(text: str, names: list[str]) -> dict:
+    """`systemctl show -p Id,LoadState,ActiveState,SubState,UnitFileState u1 u2 ...`: blank-line separated blocks,
+    one per unit, in the order asked."""
+    blocks = text.strip("\n").split("\n\n")
+    found = {}
+    for name, block in zip(names, blocks, strict=False):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        found[name] = {"load": fields.get("LoadState", ""), "active": fields.get("ActiveState", ""),
+                       "sub": fields.get("SubState", ""), "enabled": fields.get("UnitFileState", "")}
+    return found
+
+
+def read_services(names: list[str]) -> dict:
+    if not names:
+        return {}
+    systemctl = shutil.which("systemctl")
+    # sd_booted(3): without /run/systemd/system there is no systemd to ask (a plain container).
+    if systemctl is None or not os.path.isdir("/run/systemd/system"):
+        return {name: {"load": "no-systemd", "active": "", "sub": "", "enabled": ""} for name in names}
+    proc = subprocess.run([systemctl, "show", "--no-pager", "-p", "Id,LoadState,ActiveState,SubState,UnitFileState",
+                           "--", *[unit_name(n) for n in names]], capture_output=True, text=True, check=False,
+                          timeout=TIMEOUT_S)
+    if proc.returncode != 0:
+        raise FactsError(f"systemctl show failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    return parse_systemctl_show(proc.stdout, names)
+
+
+def read_accounts(names: list[str]) -> dict:
+    found: dict[str, dict] = {}
+    for name in names:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            found[name] = {"exists": False}
+            continue
+        found[name] = {"exists": True, "uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir,
+                       "shell": entry.pw_shell}
+    return found
+
+
+def read_interpreter(path: str) -> dict:
+    if not path:
+        return {}
+    real = os.path.realpath(path)
+    for checked in (real, os.path.dirname(real)):
+        st = os.stat(checked)
+        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise FactsError(f"interpreter {path}: {checked} is not root's alone; provision runs no such file as root")
+    proc = subprocess.run([real, "-I", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                          capture_output=True, text=True, check=False, env={"PATH": SAFE_PATH}, cwd="/",
+                          stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
+    version = proc.stdout.strip()
+    if proc.returncode != 0 or not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version):
+        raise FactsError(f"interpreter {path} did not say its version ({proc.returncode}): {proc.stderr.strip()[:200]}")
+    return {"path": path, "version": version}
+
+
+def gather(params: dict) -> dict:
+    environment = params.get("venv") or {}
+    facts = {
+        "packages": read_packages(list(params.get("packages") or [])),
+        "files": read_files(list(params.get("files") or [])
+                            + [{"path": p, "checksum": True} for p in params.get("hash_files") or []]),
+        "services": read_services(list(params.get("services") or [])),
+        "accounts": read_accounts(list(params.get("accounts") or [])),
+        "interpreter": read_interpreter(params.get("interpreter") or ""),
+        "venv": {},
+    }
+    if environment:
+        path, owner = environment.get("path"), environment.get("owner")
+        requirements = environment.get("requirements") or []
+        checksums = environment.get("checksums") or []
+        if not isinstance(checksums, list) or not all(
+                isinstance(c, str) and c and not os.path.isabs(c) and ".." not in c.split("/") for c in checksums):
+            raise FactsError("venv.checksums must be a list of paths relative to the environment")
+        if not isinstance(path, str) or not os.path.isabs(path) or not isinstance(owner, str) or not owner:
+            raise FactsError("venv needs an absolute 'path' and an 'owner' account")
+        if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
+            raise FactsError("venv.requirements must be a list of strings")
+        facts["venv"] = read_environment(path, owner, requirements, checksums)
+    return facts
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "venv": {"type": "dict", "default": {}},
+            "files": {"type": "list", "elements": "raw", "default": []},
+            "hash_files": {"type": "list", "elements": "path", "default": []},
+            "services": {"type": "list", "elements": "str", "default": []},
+            "accounts": {"type": "list", "elements": "str", "default": []},
+            "interpreter": {"type": "path", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        facts = gather(module.params)
+    except (FactsError, OSError, subprocess.SubprocessError) as exc:
+        module.fail_json(msg=f"provision_facts: {exc}")
+    module.exit_json(changed=False, **facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""The entry point: one profile, one machine, one Plan. Looks up the GPUs, settles count and interconnect (an
+instance type fixes them), checks the target against its kind, hands the driver/CUDA/framework choice to the lane
+of the target kind (installable, Colab, Jetson) and the rest to the common lane; mixed GPU models are planned for
+the most constrained one and the same pinned stack is checked for the others."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from provision.compat import GPU, CompatDB
+from provision.errors import IncompatibleError
+from provision.models import CPUPlan, FrameworkName, FrameworkRequest, GPUPlan, Plan, Profile, Reason, TargetPlan
+from provision.resolver.colab import resolve_colab
+from provision.resolver.common import (
+    image_plan,
+    index_reason,
+    jupyter_plan,
+    numpy_requirement,
+    plan_indexes,
+    python_plan,
+    verify_plan,
+    warn_hardware,
+)
+from provision.resolver.context import Ctx, Interconnect
+from provision.resolver.installable import resolve_installable
+from provision.resolver.jetson import jetpack_target, resolve_jetson
+from provision.resolver.links import pin_matches
+from provision.versions import V
+
+
+def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) -> Plan:
+    """Resolve a profile against the database into a frozen Plan, or raise IncompatibleError."""
+    specs = [profile.hardware.gpu, *profile.hardware.extra_gpus]
+    gpus = []
+    for spec in specs:
+        g = db.gpu(spec.model)
+        if g is None:
+            raise IncompatibleError(f"unknown GPU '{spec.model}'", where=profile.name)
+        gpus.append(g)
+    count, interconnect, inst_reason = _count_and_interconnect(profile, db, gpus[0])
+    if len({g.model for g in gpus}) == 1:
+        total = count if len(specs) == 1 else sum(s.count or 1 for s in specs)
+        return _resolve_one(profile, db, gpus[0], total, interconnect, inst_reason, profile_path)
+    return _resolve_mixed(profile, db, list(zip(specs, gpus, strict=True)), profile_path)
+
+
+def _count_and_interconnect(profile: Profile, db: CompatDB, gpu: GPU) -> tuple[int, Interconnect, Reason | None]:
+    """An instance type fixes the GPU model, count and interconnect; a profile may only repeat them."""
+    target, spec = profile.target, profile.hardware.gpu
+    inst = db.instance(target.instance_type) if target.instance_type else None
+    if inst is None:
+        count = spec.count or 1
+        nvswitch = gpu.nvswitch_gpus is not None and count >= gpu.nvswitch_gpus
+        return count, "nvswitch" if nvswitch else "pcie", None
+    inst_gpu = db.gpu(inst.gpu)
+    if inst_gpu is None or inst_gpu.model != gpu.model:
+        raise IncompatibleError(
+            f"{inst.instance_type} has {inst.gpus} x {inst.gpu}; hardware.gpu.model says {spec.model}",
+            alternatives=[f"set hardware.gpu.model to {inst.gpu}", "an instance type with the GPU you mean"],
+            where=profile.name,
+        )
+    if spec.count is not None and spec.count != inst.gpus:
+        same = [i.instance_type for i in db.instances if i.gpu == inst.gpu and i.gpus == spec.count]
+        raise IncompatibleError(
+            f"{inst.instance_type} has {inst.gpus} x {inst.gpu}; hardware.gpu.count says {spec.count}",
+            alternatives=[
+                "drop hardware.gpu.count: the instance type fixes it",
+                f"instance types with {spec.count} x {inst.gpu}: {', '.join(same) or 'none in the database'}",
+            ],
+            where=profile.name,
+        )
+    if profile.hardware.extra_gpus:
+        raise IncompatibleError(
+            f"{inst.instance_type} has one GPU model ({inst.gpu}); hardware.extra_gpus does not apply",
+            alternatives=["remove hardware.extra_gpus"],
+            where=profile.name,
+        )
+    if inst.arch != target.arch:
+        raise IncompatibleError(
+            f"{inst.instance_type} is {inst.arch}; target.arch says {target.arch}",
+            alternatives=[f"set target.arch to {inst.arch}"],
+            where=profile.name,
+        )
+    why = f"{inst.provider} {inst.instance_type}: {inst.gpus} x {inst.gpu}, {inst.interconnect}"
+    reason = Reason(
+        component="gpu-count",
+        choice=f"{inst.gpus} x {inst.gpu}",
+        why=why + ("" if spec.count else "; hardware.gpu.count unset, so the instance type's count"),
+        source=inst.source,
+    )
+    return inst.gpus, inst.interconnect, reason
+
+
+def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | None) -> Plan:
+    """Several GPU models in one box: plan the stack for the most constrained one (the oldest architecture), pin
+    it, and check that the same pinned stack also resolves for each other model; refuse with the failing link."""
+    if profile.target.kind not in ("baremetal",):
+        raise IncompatibleError(
+            f"mixed GPU models are planned for bare metal only, not target.kind '{profile.target.kind}'",
+            alternatives=["remove hardware.extra_gpus"],
+            where=profile.name,
+        )
+    models: dict[str, tuple] = {}
+    for spec, g in pairs:
+        have = models.get(g.model)
+        models[g.model] = (g, (have[1] if have else 0) + (spec.count or 1))
+    ordered = sorted(models.values(), key=lambda gc: (V(gc[0].cc), gc[0].model))
+    (first, first_count), rest = ordered[0], ordered[1:]
+
+    def variant(gpu: GPU, count: int, sw) -> Profile:
+        hw = profile.hardware.model_copy(update={"gpu": profile.hardware.gpu.model_copy(update={"model": gpu.model, "count": count}), "extra_gpus": []})
+        return profile.model_copy(update={"hardware": hw, "software": sw})
+
+    base = _resolve_one(variant(first, first_count, profile.software), db, first, first_count, "pcie", None, profile_path)
+    sw = profile.software.model_copy(
+        update={
+            "driver_branch": base.driver.branch,
+            "cuda": base.cuda.version,
+            "cudnn": base.cudnn.version,
+            # a plan's frameworks are the FrameworkRequests it was resolved from: their names are FrameworkNames
+            "frameworks": [
+                FrameworkRequest(name=cast(FrameworkName, f.name), version=f.version) for f in base.frameworks
+            ],
+        }
+    )
+    others = []
+    summary = f"R{base.driver.branch}, CUDA {base.cuda.version}" + "".join(
+        f", {f.package} {f.version}" + (f"+{f.variant}" if f.variant else "") for f in base.frameworks
+    )
+    for g, count in rest:
+        try:
+            plan = _resolve_one(variant(g, count, sw), db, g, count, "pcie", None, profile_path)
+        except IncompatibleError as exc:
+            raise IncompatibleError(
+                f"{first.model} ({first.sm}) and {g.model} ({g.sm}) in one machine cannot share a stack: the stack "
+                f"{first.model} allows ({summary}) does not serve {g.model}: {exc.message}",
+                alternatives=[
+                    "one GPU model per machine",
+                    f"drop {first.model}: the stack is then chosen for {g.model}",
+                ],
+                where=profile.name,
+            ) from None
+        diff = [
+            f"{a.package} {a.variant} vs {b.variant}" for a, b in zip(base.frameworks, plan.frameworks, strict=True) if a.variant != b.variant
+        ]
+        if diff:
+            raise IncompatibleError(
+                f"{first.model} ({first.sm}) and {g.model} ({g.sm}) need different builds: {', '.join(diff)}",
+                alternatives=["one GPU model per machine"],
+                where=profile.name,
+            )
+        others.append(plan.gpu)
+    reasons = base.reasons + (
+        Reason(
+            component="gpu",
+            choice=", ".join(f"{c} x {g.model} ({g.sm})" for g, c in ordered),
+            why=f"mixed GPUs: the stack is chosen for the most constrained ({first.model}, {first.sm}) and the same "
+            f"pinned stack resolves for {', '.join(g.model for g, _ in rest)}",
+            source=first.source,
+        ),
+    )
+    warnings = base.warnings + (
+        f"mixed GPUs: the verifier builds its kernels for {first.sm}; run it per device with CUDA_VISIBLE_DEVICES",
+    )
+    return base.model_copy(update={"other_gpus": tuple(others), "reasons": reasons, "warnings": warnings})
+
+
+def _resolve_one(
+    profile: Profile,
+    db: CompatDB,
+    gpu: GPU,
+    count: int,
+    interconnect: Interconnect,
+    inst_reason: Reason | None,
+    profile_path: str | None,
+) -> Plan:
+    target = profile.target
+    jp = db.jetpack_release(target.jetpack) if target.jetpack else None
+    os_id = f"{target.os.distribution}-{target.os.release}"
+    if target.kind == "jetson":
+        jp = jetpack_target(profile, jp, gpu, os_id)
+    elif gpu.tegra:
+        raise IncompatibleError(f"{gpu.model} is a Jetson module: set target.kind to jetson", where=profile.name)
+    system = db.system(os_id)
+    if system is None and target.kind not in ("colab", "jetson"):
+        raise IncompatibleError(f"no data for {os_id}", alternatives=[s.os_id for s in db.systems], where=profile.name)
+    if target.kind == "jetson":
+        assert jp is not None  # refused above when unknown
+        python = jp.python
+    elif target.kind == "colab":
+        python = db.colab[-1].python
+    else:
+        assert system is not None  # refused above for every kind but colab and jetson
+        python = system.python
+    indexes, index_plans = plan_indexes(profile, db)
+    ctx = Ctx(
+        profile=profile, db=db, gpu=gpu, os_id=os_id, system=system, python=python, count=count, interconnect=interconnect,
+        indexes=indexes,
+    )
+    if (
+        profile.software.python
+        and not pin_matches(profile.software.python, python)
+        and target.kind in ("baremetal", "cloud")
+    ):
+        raise IncompatibleError(
+            f"Python {profile.software.python} is not what {os_id} provides ({python}); provision builds the environment "
+            f"on the distribution's Python",
+            alternatives=[
+                f"drop software.python or pin {python}",
+                "an OS whose python3 is "
+                + profile.software.python
+                + ": "
+                + (", ".join(s.os_id for s in db.systems if pin_matches(profile.software.python, s.python)) or "none"),
+            ],
+            where=profile.name,
+        )
+
+    ctx.reason(
+        "gpu",
+        f"{gpu.model}: {gpu.arch} {gpu.chip}, compute capability {gpu.cc} ({gpu.sm})",
+        f"{gpu.memory_gb:g} GB, {gpu.bandwidth_gbps:g} GB/s, {gpu.fp32_tflops:g} TFLOPS FP32 peak",
+        gpu.source,
+    )
+    if inst_reason is not None:
+        ctx.reasons.append(inst_reason)
+    index_reason(ctx, index_plans)
+    if gpu.confidence == "unverified":
+        ctx.warnings.append(
+            f"the {gpu.model} row (compute capability {gpu.cc}, memory, peaks) is unverified: compiled from "
+            f"{gpu.source} without re-reading it; `provision verify` measures the real device"
+        )
+
+    if target.kind == "colab":
+        lane = resolve_colab(ctx)
+    elif target.kind == "jetson":
+        assert jp is not None  # refused above when unknown
+        lane = resolve_jetson(ctx, jp)
+    else:
+        lane = resolve_installable(ctx)
+    driver, cuda, cudnn, fws = lane
+
+    warn_hardware(ctx)
+    python_env = python_plan(ctx, fws)
+    numpy_req = numpy_requirement(ctx, fws)
+    jupyter = jupyter_plan(ctx)
+    verify = verify_plan(ctx, cuda, numpy_req)
+    image = image_plan(ctx, cuda, cudnn, jp)
+    jp_system = db.system(jp.os_id) if jp else None
+    codename = system.codename if system else (jp_system.codename if jp_system else "")
+    target_plan = TargetPlan(
+        kind=target.kind,
+        distribution=target.os.distribution,
+        release=target.os.release,
+        codename=codename,
+        os_id=os_id,
+        arch=target.arch,
+        instance_type=target.instance_type,
+        jetpack=jp.jetpack if jp else None,
+        l4t=jp.l4t if jp else None,
+    )
+    return Plan(
+        profile=profile.name,
+        profile_path=profile_path,
+        target=target_plan,
+        gpu=GPUPlan(
+            model=gpu.model,
+            arch=gpu.arch,
+            chip=gpu.chip,
+            compute_capability=gpu.cc,
+            sm=gpu.sm,
+            count=count,
+            memory_gb=gpu.memory_gb,
+            bandwidth_gbps=gpu.bandwidth_gbps,
+            fp32_tflops=gpu.fp32_tflops,
+            fp16_tflops=gpu.fp16_tflops,
+            fp64_tflops=gpu.fp64_tflops,
+            tegra=gpu.tegra,
+            interconnect=interconnect,
+        ),
+        cpu=CPUPlan(model=profile.hardware.cpu.model, flags=tuple(profile.hardware.cpu.flags)),
+        driver=driver,
+        cuda=cuda,
+        cudnn=cudnn,
+        python=python_env,
+        frameworks=fws,
+        jupyter=jupyter,
+        verify=verify,
+        image=image,
+        user=profile.software.user,
+        reasons=tuple(ctx.reasons),
+        warnings=tuple(ctx.warnings),
+        indexes=index_plans,
+    )
+
+

@@ -1,0 +1,146 @@
+"""`provision check`'s runner: provision/checks/test_host.py under pytest-testinfra, against one inventory host.
+
+A thin adapter over a pytest subprocess (provision.procs runs it): how testinfra reaches the host the way the apply
+did (check_target), the secrets it needs kept off command lines, and the suite's exit status as the project's exit
+codes (0 green, 1 red, 3 cannot run).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision import procs
+from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
+from provision.models import Plan
+from provision.render.ansible import render_ansible
+
+# Inventory variables that hold a password. testinfra's own connections cannot use them without exposing them (an SSH
+# password goes to `sshpass -p` on a command line) or at all (a become password: its `sudo` has no way to answer a
+# prompt); Ansible can, so a host with any of these is checked through Ansible's modules (slower: one `ansible` run
+# per command). Only the names are looked at, never the values.
+PASSWORD_VARS = frozenset({
+    "ansible_password", "ansible_ssh_pass", "ansible_ssh_password",
+    "ansible_become_password", "ansible_become_pass", "ansible_sudo_pass", "ansible_sudo_password",
+})
+# Connections testinfra's ansible backend opens itself (testinfra.utils.ansible_runner.get_ansible_host); any
+# other goes through Ansible.
+TESTINFRA_CONNECTIONS = frozenset({"smart", "ssh", "paramiko_ssh", "local", "docker", "community.docker.docker",
+                                   "lxc", "lxd"})
+
+
+def _truthy(value: Any) -> bool:
+    """An inventory boolean as Ansible reads it (an INI inventory gives strings)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class CheckTarget:
+    """How testinfra reaches one inventory host: the --hosts value and the environment for its pytest run."""
+
+    spec: str
+    env: dict[str, str]
+    through_ansible: bool
+
+
+def check_target(host: str, hostvars: dict[str, Any], *, become_password: bool = False) -> CheckTarget:
+    """Reach `host` the way the apply did: with the inventory's connection settings, and as root because the play
+    says `become: true` (unless the inventory turns become off for the host).
+
+    testinfra's ansible backend escalates with a plain `sudo` when the inventory sets ansible_become; when the
+    inventory leaves it to the play, `?sudo=true` adds that sudo here (never both: that would be sudo inside sudo).
+    A host whose variables hold a password, or whose connection testinfra cannot open, is checked through Ansible's
+    own modules (`?force_ansible=true`), which answer sudo's prompt with the inventory's password without putting
+    it on a command line; ANSIBLE_BECOME then carries the play's `become: true`. become_password: a password was
+    given on the controller (apply --ask-become-pass): Ansible's modules too, with it in a file (run_check)."""
+    become_var = hostvars.get("ansible_become", hostvars.get("ansible_sudo"))
+    become = True if become_var is None else _truthy(become_var)
+    connection = str(hostvars.get("ansible_connection") or "ssh")
+    # testinfra reads ansible_become with Python's truth (to it the INI string "no" is true): where that differs
+    # from Ansible's reading, Ansible decides.
+    misread = isinstance(become_var, str) and _truthy(become_var) != bool(become_var)
+    if (PASSWORD_VARS & hostvars.keys() or connection not in TESTINFRA_CONNECTIONS or misread
+            or (become_password and become)):
+        return CheckTarget(f"ansible://{host}?force_ansible=true", {"ANSIBLE_BECOME": "true" if become else "false"},
+                           through_ansible=True)
+    inner_sudo = bool(hostvars.get("ansible_become", False))
+    outer_sudo = become and not inner_sudo
+    return CheckTarget(f"ansible://{host}" + ("?sudo=true" if outer_sudo else ""), {}, through_ansible=False)
+
+
+def _secrets(hostvars: dict[str, Any]) -> list[str]:
+    """The literal passwords in a host's variables, to blank out of anything printed (templates and vaulted values
+    are not secrets themselves)."""
+    return [v for k, v in hostvars.items() if k in PASSWORD_VARS and isinstance(v, str) and len(v) >= 4
+            and "{{" not in v]
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "********")
+    return text
+
+
+def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostvars: dict[str, Any],
+              skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
+              become_password: str | None = None, vault_password_file: Path | None = None) -> int:
+    """Run provision/checks/test_host.py with pytest-testinfra against one inventory host.
+    Returns 0 green, 1 red, 3 cannot run.
+
+    Every host, a sandbox included, is reached through the inventory with testinfra's ansible:// backend
+    (connection, user, port, key and ssh arguments as the inventory gives them; see check_target for escalation).
+    inventory: a file (used where it is) or a dict (a sandbox's, written out); hostvars: the host's variables in it.
+    become_password (apply --ask-become-pass) reaches Ansible in a 0600 file of the run's private directory
+    (ANSIBLE_BECOME_PASSWORD_FILE), vault_password_file as ANSIBLE_VAULT_PASSWORD_FILE: neither on a command line."""
+    suite = Path(__file__).resolve().parents[1] / "checks" / "test_host.py"
+    with tempfile.TemporaryDirectory(prefix="provision-check-") as tmp:
+        # A dict (a sandbox's) is written out; a file is used where it is, so that its group_vars/, host_vars/ and
+        # an inventory plugin's file name still count.
+        files = render_ansible(plan, tmp, inventory=inventory if isinstance(inventory, dict) else None,
+                               skip_frameworks=skip_frameworks)
+        inventory_file = files.get("inventory")
+        if inventory_file is None:
+            assert not isinstance(inventory, dict)  # render_ansible wrote a dict out as files["inventory"]
+            inventory_file = Path(inventory).resolve()
+        target = check_target(host, hostvars, become_password=bool(become_password))
+        secret_env = {}
+        if vault_password_file:
+            secret_env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(Path(vault_password_file).resolve())
+        if become_password and target.through_ansible:
+            fd = os.open(Path(tmp) / "become-password", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(become_password)
+            secret_env["ANSIBLE_BECOME_PASSWORD_FILE"] = str(Path(tmp) / "become-password")
+        ini = Path(tmp) / "pytest.ini"
+        ini.write_text("[pytest]\n")
+        env = os.environ | target.env | secret_env | {
+            "PROVISION_CHECK_PLAN": str(files["plan"]),
+            # testinfra runs ansible-inventory (and ansible): the ones installed with this interpreter.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            "PROVISION_CHECK_SKIP_FRAMEWORKS": "1" if skip_frameworks else "0"}
+        cmd = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", tmp, "-p", "no:cacheprovider",
+               "-v", "--tb=line", "--no-header", "--hosts", target.spec,
+               "--ansible-inventory", str(inventory_file), str(suite)]
+        # In a session of its own (testinfra's ssh and ansible processes with it), stopped whole on Ctrl-C or SIGTERM
+        # even from check_hosts' worker threads, and swept of anything it left when it ends (provision.procs).
+        proc = procs.run(cmd, env=env)
+    secrets = _secrets(hostvars) + ([become_password] if become_password else [])
+    stdout, stderr = _redact(proc.stdout, secrets), _redact(proc.stderr, secrets)
+    for line in stdout.splitlines():
+        if echo and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line or line.startswith(("E ", "/"))
+                     or " passed" in line or " failed" in line):
+            echo(line.split("::", 1)[-1] if "::" in line else line)
+    if proc.returncode == 0:
+        return EXIT_OK
+    if proc.returncode == 1:
+        return EXIT_FAILED
+    if echo:
+        echo(" | ".join((stderr or stdout).strip().splitlines()[-3:]))
+    return EXIT_EXTERNAL

@@ -1,0 +1,19 @@
+"""Probe: the shared libraries a package ships in its lib/ directory (torch/lib/*.so), without importing it.
+
+Run by provision/verify/environment.py as `python -c <this file> MODULE` in the environment's Python.
+Prints one line: PROVISION-PROBE {"libs": [paths]} or {"missing": why}.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+spec = importlib.util.find_spec(sys.argv[1])
+out: dict = {}
+if spec is None or not spec.origin:
+    out["missing"] = sys.argv[1] + " is not installed"
+else:
+    lib = os.path.join(os.path.dirname(spec.origin), "lib")
+    out["libs"] = sorted(os.path.join(lib, f) for f in os.listdir(lib) if ".so" in f) if os.path.isdir(lib) else []
+print("PROVISION-PROBE " + json.dumps(out))

@@ -1,0 +1,200 @@
+"""plugins/modules/provision_facts.py run for real, as Ansible runs it (a process given its arguments as JSON), against
+this machine: its dpkg database, its files, a virtual environment made here, read as the account that owns it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_facts.py"
+IS_ROOT = os.geteuid() == 0
+# The account that owns the test environment: an unprivileged one when this runs as root, else the one running.
+OWNER = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def run_module(tmp_path: Path, **args) -> dict:
+    argfile = tmp_path / "args.json"
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    proc = subprocess.run([sys.executable, str(MODULE), str(argfile)], capture_output=True, text=True, check=False,
+                          cwd=tmp_path)
+    result = json.loads(proc.stdout)
+    assert (proc.returncode != 0) == bool(result.get("failed")), proc.stdout + proc.stderr
+    return result
+
+
+def dpkg_version(package: str) -> str:
+    return subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    """A real environment (no pip: not needed to list distributions) owned by OWNER, with two distributions."""
+    if IS_ROOT:
+        # pytest's base directories are 0700: the account must be able to reach its environment.
+        for parent in [tmp_path, *tmp_path.parents]:
+            if parent == Path("/tmp"):
+                break
+            parent.chmod(parent.stat().st_mode | 0o005)
+    path = tmp_path / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(path)], check=True)
+    site = next(path.glob("lib/python3*/site-packages"))
+    for name, version in [("Foo_Bar", "1.2.3+cu126"), ("numpy", "2.2.6")]:
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    if IS_ROOT:
+        shutil.chown(tmp_path, OWNER)
+        for item in [path, *path.rglob("*")]:
+            os.chown(item, pwd.getpwnam(OWNER).pw_uid, -1, follow_symlinks=False)
+    return path
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="this machine has no dpkg")
+def test_packages_report_dpkgs_installed_versions_and_null_for_the_rest(tmp_path: Path) -> None:
+    result = run_module(tmp_path, packages=["dpkg", "bash", "provision-no-such-package"])
+    assert result["changed"] is False
+    assert result["packages"] == {"dpkg": dpkg_version("dpkg"), "bash": dpkg_version("bash"),
+                                  "provision-no-such-package": None}
+
+
+def test_files_report_stat_and_sha256_only_where_asked(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.write_bytes(b"provision\n")
+    data.chmod(0o640)
+    link = tmp_path / "link"
+    link.symlink_to(data)
+    result = run_module(tmp_path, files=[str(tmp_path), {"path": str(data), "checksum": True},
+                                         {"path": str(link), "checksum": True}, str(tmp_path / "absent")])
+    files = result["files"]
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert files[str(data)] == {"exists": True, "type": "file", "mode": "0640", "uid": os.geteuid(),
+                                "gid": os.getegid(), "owner": me, "group": files[str(data)]["group"], "size": 10,
+                                "sha256": hashlib.sha256(b"provision\n").hexdigest()}
+    assert files[str(tmp_path)]["type"] == "directory" and "sha256" not in files[str(tmp_path)]
+    assert files[str(link)]["type"] == "link" and "sha256" not in files[str(link)]  # not followed
+    assert files[str(tmp_path / "absent")] == {"exists": False}
+
+
+def test_accounts_and_the_system_interpreter(tmp_path: Path) -> None:
+    result = run_module(tmp_path, accounts=["root", "provision-no-such-account"], interpreter=SYSTEM_PYTHON)
+    assert result["accounts"]["root"] == {"exists": True, "uid": 0, "gid": 0, "home": pwd.getpwnam("root").pw_dir,
+                                          "shell": pwd.getpwnam("root").pw_shell}
+    assert result["accounts"]["provision-no-such-account"] == {"exists": False}
+    expected = subprocess.run([SYSTEM_PYTHON, "-c", "import platform; print(platform.python_version())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    assert result["interpreter"] == {"path": SYSTEM_PYTHON, "version": expected}
+
+
+def test_an_interpreter_another_account_can_write_is_not_run(tmp_path: Path) -> None:
+    python = tmp_path / "python3"
+    python.write_text("#!/bin/sh\necho 3.99.0\n")
+    python.chmod(0o777)
+    result = run_module(tmp_path, interpreter=str(python))
+    assert result["failed"] and "not root's alone" in result["msg"]
+    assert "3.99" not in json.dumps({k: v for k, v in result.items() if k != "invocation"})
+
+
+def test_services_say_when_there_is_no_systemd_or_read_it(tmp_path: Path) -> None:
+    result = run_module(tmp_path, services=["provision-no-such-unit"])
+    state = result["services"]["provision-no-such-unit"]
+    if Path("/run/systemd/system").is_dir():
+        assert state["load"] == "not-found" and state["active"] == "inactive"
+    else:
+        assert state == {"load": "no-systemd", "active": "", "sub": "", "enabled": ""}
+
+
+def test_venv_requirements_are_checked_against_what_its_interpreter_lists(tmp_path: Path, venv: Path) -> None:
+    requirements = ["foo-bar==1.2.3", "Foo.Bar[x]==1.2.3+cu126", "numpy==2.2.5", "torch==2.7.1", "jupyterlab>=4"]
+    (venv / "pip.conf").write_text("[global]\n")
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": requirements,
+                                        "checksums": ["pip.conf", "absent.conf"]})
+    env = result["venv"]
+    assert env["exists"] and env["error"] is None
+    assert env["checksums"] == {"pip.conf": hashlib.sha256(b"[global]\n").hexdigest(), "absent.conf": None}
+    assert env["system_site_packages"] is False
+    assert env["python"] == subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert env["distributions"] == {"foo-bar": "1.2.3+cu126", "numpy": "2.2.6"}
+    # A local label satisfies a pin without one, as pip does.
+    assert [c["requirement"] for c in env["ok"]] == requirements[:2]
+    assert [(c["requirement"], c["installed"], c["error"]) for c in env["wrong"]] == [
+        ("numpy==2.2.5", "2.2.6", "other version"), ("torch==2.7.1", None, "not installed"),
+        ("jupyterlab>=4", None, "not an exact 'name==version' requirement")]
+    assert env["satisfied"] is False
+    met = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": requirements[:2]})
+    assert met["venv"]["satisfied"] is True
+
+
+def test_venv_that_sees_the_systems_packages_says_so(tmp_path: Path, venv: Path) -> None:
+    cfg = venv / "pyvenv.cfg"
+    cfg.write_text(cfg.read_text().replace("include-system-site-packages = false", "include-system-site-packages = true"))
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER})
+    assert result["venv"]["system_site_packages"] is True
+
+
+@pytest.mark.parametrize("bad", ["/etc/shadow", "../../etc/shadow", ""])
+def test_checksums_outside_the_environment_are_refused(tmp_path: Path, venv: Path, bad: str) -> None:
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "checksums": [bad]})
+    assert result["failed"] and "relative to the environment" in result["msg"]
+
+
+def test_a_missing_venv_is_reported_not_fatal(tmp_path: Path) -> None:
+    result = run_module(tmp_path, venv={"path": str(tmp_path / "none"), "owner": OWNER, "requirements": ["a==1"]})
+    assert result["venv"]["exists"] is False and result["venv"]["satisfied"] is False
+    assert result["venv"]["wrong"] == [{"requirement": "a==1", "installed": None, "error": "no environment"}]
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="dropping to the owner is what root does; as another account it runs as itself")
+def test_the_interpreter_runs_as_the_owner_never_as_root(tmp_path: Path, venv: Path) -> None:
+    witness = tmp_path / "ran-as"
+    site = next(venv.glob("lib/python3*/site-packages"))
+    # A .pth line runs at every start of the interpreter: what the account could plant in its environment.
+    (site / "witness.pth").write_text(
+        f"import os; open({str(witness)!r}, 'w').write('%d %d %s' % (os.getuid(), os.geteuid(), os.getgroups()))\n")
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": []})
+    assert result["venv"]["satisfied"] is True
+    account = pwd.getpwnam(OWNER)
+    uid, euid, groups = witness.read_text().split(" ", 2)
+    assert int(uid) == int(euid) == account.pw_uid
+    assert "0" not in groups.strip("[]").replace(" ", "").split(",")
+
+
+def test_root_is_refused_as_the_owner(tmp_path: Path, venv: Path) -> None:
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": "root", "requirements": []})
+    assert result["failed"] and "never runs an environment's interpreter as root" in result["msg"]
+
+
+@pytest.mark.parametrize("printed", [
+    "not json",
+    json.dumps(["a", "list"]),
+    json.dumps({"python": "3.13", "distributions": {"x": 1}}),
+    json.dumps({"python": "3.13; rm -rf /", "distributions": {}}),
+    json.dumps({"python": "3.13", "distributions": {"../../etc": "1.0"}}),
+    json.dumps({"python": "3.13", "distributions": {}, "checksums": {}, "system_site_packages": "yes"}),
+    json.dumps({"python": "3.13", "distributions": {}, "checksums": {"/etc/x": "0" * 64},
+                "system_site_packages": False}),
+], ids=["text", "list", "non-string-version", "bad-python", "bad-name", "bad-flag", "unasked-checksum"])
+def test_what_the_interpreter_prints_is_validated(tmp_path: Path, venv: Path, printed: str) -> None:
+    """The account can make its interpreter print anything: the module refuses what is not the expected shape."""
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "hostile.pth").write_text(f"import os, sys; sys.stdout.write({printed!r} + '\\n'); sys.stdout.flush(); os._exit(0)\n")
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": ["numpy==2.2.6"]})
+    assert result.get("failed") and result["msg"].startswith("provision_facts: the environment's interpreter"), result
+
+
+def test_an_interpreter_that_fails_is_reported_as_an_error_not_satisfied(tmp_path: Path, venv: Path) -> None:
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "broken.pth").write_text("import os; os._exit(3)\n")
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": []})
+    assert result["venv"]["satisfied"] is False and "exited 3" in result["venv"]["error"]
