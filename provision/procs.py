@@ -204,13 +204,20 @@ def missing_tool(tool: str, what: str | None = None) -> RunnerError:
                        f"(apt-get install {TOOL_PACKAGES.get(name, name)})")
 
 
+def _not_found(exc: FileNotFoundError, cmd: list[str], what: str | None = None) -> RunnerError:
+    """A missing program is missing_tool's line; a missing working directory is not a missing program."""
+    if exc.filename is not None and str(exc.filename) != str(cmd[0]):
+        return RunnerError((f"{what}: " if what else "") + f"{exc.strerror}: {exc.filename}")
+    return missing_tool(cmd[0], what)
+
+
 def run_tool(cmd: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess:
     """A short external command that must succeed: its output captured; a missing program or a non-zero exit is
     one RunnerError line (exit 3) naming `what` and the last lines it printed."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
-    except FileNotFoundError:
-        raise missing_tool(cmd[0], what) from None
+    except FileNotFoundError as exc:
+        raise _not_found(exc, cmd, what) from None
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
         raise RunnerError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
@@ -225,8 +232,8 @@ def run_tool_streamed(cmd: list[str], what: str, progress: Callable[[str], None]
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 text=True, errors="replace")
-    except FileNotFoundError:
-        raise missing_tool(cmd[0], what) from None
+    except FileNotFoundError as exc:
+        raise _not_found(exc, cmd, what) from None
     tail: list[str] = []
     try:
         for line in proc.stdout or ():
@@ -254,8 +261,8 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, input: str | None 
     try:
         proc = subprocess.Popen(cmd, env=tagged_env(token, env), stdin=stdin, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
-    except FileNotFoundError:
-        raise missing_tool(cmd[0]) from None
+    except FileNotFoundError as exc:
+        raise _not_found(exc, cmd) from None
     deadline = None if timeout is None else time.monotonic() + timeout
     out: list[str] = []
     err: list[str] = []

@@ -52,6 +52,12 @@ options:
     type: list
     elements: path
     default: []
+  dpkg_unfinished:
+    description:
+      - Also say whether dpkg left work unfinished (C(dpkg --audit) lists packages, or C(/var/lib/dpkg/updates) holds
+        journal entries), so a role repairs it even when every package it wants is installed.
+    type: bool
+    default: false
   services:
     description: systemd unit names (C(jupyter) or C(jupyter.service)) whose states to read.
     type: list
@@ -91,6 +97,11 @@ packages:
   returned: always
   type: dict
   sample: {"python3-venv": "3.13.5-1", "python3-apt": null}
+dpkg_unfinished:
+  description: Whether dpkg left work unfinished (with O(dpkg_unfinished)); null when not asked.
+  returned: always
+  type: bool
+  sample: false
 venv:
   description:
     - The environment read. C(exists) (its C(bin/python) is there), C(python) (C(major.minor) of its interpreter),
@@ -131,9 +142,11 @@ import json  # noqa: E402
 import os  # noqa: E402
 import pwd  # noqa: E402
 import re  # noqa: E402
+import selectors  # noqa: E402
 import shutil  # noqa: E402
 import stat  # noqa: E402
 import subprocess  # noqa: E402
+import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -145,7 +158,7 @@ DISTRIBUTIONS_SCRIPT = (
     "found = {}\n"
     "for dist in metadata.distributions():\n"
     "    name = dist.metadata['Name']\n"
-    "    if name and name not in found:\n"
+    "    if name and dist.version and name not in found:\n"
     "        found[name] = dist.version\n"
     "sums = {}\n"
     "for rel in sys.argv[1:]:\n"
@@ -169,6 +182,45 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 class FactsError(Exception):
     """A fact could not be read; the message is for people."""
+
+
+def run_untrusted(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """Run a command whose output is untrusted (the environment's interpreter, as its owner): in a session of its own
+    (no controlling terminal shared with root), at most MAX_OUTPUT bytes read from each stream and TIMEOUT_S seconds,
+    killed when it exceeds either. Returns (exit status, stdout, stderr)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
+                            cwd="/", start_new_session=True)
+    chunks: dict[int, list[bytes]] = {1: [], 2: []}
+    sizes = {1: 0, 2: 0}
+    deadline = time.monotonic() + TIMEOUT_S
+    with selectors.DefaultSelector() as sel:
+        assert proc.stdout is not None and proc.stderr is not None
+        sel.register(proc.stdout, selectors.EVENT_READ, 1)
+        sel.register(proc.stderr, selectors.EVENT_READ, 2)
+        try:
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FactsError(f"the environment's interpreter did not answer within {TIMEOUT_S} s")
+                for key, _ in sel.select(timeout=left):
+                    data = os.read(key.fd, 65536)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        continue
+                    sizes[key.data] += len(data)
+                    if sizes[key.data] > MAX_OUTPUT:
+                        raise FactsError("the environment's interpreter printed more than expected")
+                    chunks[key.data].append(data)
+            status = proc.wait(timeout=max(deadline - time.monotonic(), 1))
+        except (FactsError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            proc.stdout.close()
+            proc.stderr.close()
+    out, err = (b"".join(chunks[i]).decode("utf-8", "replace") for i in (1, 2))
+    return status, out, err
 
 
 def normalize(name: str) -> str:
@@ -207,6 +259,20 @@ def read_packages(names: list[str]) -> dict[str, str | None]:
     return parse_dpkg(proc.stdout, names)
 
 
+def read_dpkg_unfinished() -> bool:
+    """Whether an interrupted dpkg run left packages unconfigured or its journal unapplied (what `dpkg --configure -a`
+    finishes)."""
+    dpkg = shutil.which("dpkg") or "/usr/bin/dpkg"
+    proc = subprocess.run([dpkg, "--audit"], capture_output=True, text=True, check=False, timeout=TIMEOUT_S)
+    if proc.returncode not in (0, 1):
+        raise FactsError(f"dpkg --audit failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    try:
+        journal = any(entry.is_file() for entry in os.scandir("/var/lib/dpkg/updates"))
+    except FileNotFoundError:
+        journal = False
+    return bool(proc.stdout.strip()) or journal
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The environment
 
@@ -241,10 +307,10 @@ def parse_distributions(stdout: str, checksums: list[str]) -> dict:
         raise FactsError("the environment's interpreter reported no valid Python version")
     found: dict[str, str] = {}
     for name, version in data["distributions"].items():
-        if not (isinstance(name, str) and isinstance(version, str) and NAME.fullmatch(name)
-                and VERSION.fullmatch(version)):
-            raise FactsError(f"the environment's interpreter reported an invalid distribution: {str(name)[:80]!r}")
-        found.setdefault(normalize(name), version)
+        # A distribution with an odd name or version (a stray egg-info, a hand-made dist-info) is left out, not fatal:
+        # only the planned requirements are compared, and one that is left out counts as missing, so pip repairs it.
+        if isinstance(name, str) and isinstance(version, str) and NAME.fullmatch(name) and VERSION.fullmatch(version):
+            found.setdefault(normalize(name), version)
     sums = data.get("checksums")
     if not isinstance(sums, dict) or sorted(sums) != sorted(checksums) or not all(
             v is None or (isinstance(v, str) and re.fullmatch("[0-9a-f]{64}", v)) for v in sums.values()):
@@ -282,18 +348,25 @@ def read_environment(path: str, owner: str, requirements: list[str], checksums: 
         result["wrong"] = [{"requirement": r, "installed": None, "error": "no environment"} for r in requirements]
         return result
     result["exists"] = True
-    argv, env = as_account(owner, [python, "-I", "-c", DISTRIBUTIONS_SCRIPT, *checksums])
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd="/",
-                              stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise FactsError(f"the environment's interpreter {python} did not answer within {TIMEOUT_S} s") from None
-    if proc.returncode != 0:
-        # An environment whose interpreter cannot run (a half-made one, a removed system Python) is one to make
-        # again: reported, not fatal.
-        result["error"] = f"{python} exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
+        pwd.getpwnam(owner)
+    except KeyError:
+        # The account is made by the role after this read (a changed plan, a rebuilt host that kept /opt): the
+        # environment is not the planned one, so it is made again once the account exists.
+        result["error"] = f"the environment's owner {owner!r} is not an account on this host yet"
     else:
-        result.update(parse_distributions(proc.stdout, checksums))
+        argv, env = as_account(owner, [python, "-I", "-c", DISTRIBUTIONS_SCRIPT, *checksums])
+        try:
+            status, stdout, stderr = run_untrusted(argv, env)
+            if status != 0:
+                # An environment whose interpreter cannot run (a half-made one, a removed system Python) is one to
+                # make again: reported, not fatal.
+                raise FactsError(f"{python} exited {status}: {stderr.strip()[-300:]}")
+            result.update(parse_distributions(stdout, checksums))
+        except FactsError as exc:
+            # Whatever the account's interpreter says or does, the answer is "not the planned environment": pip
+            # then runs as the account and the role's assert after it says what is still wrong.
+            result["error"] = str(exc)
     checks = [check_requirement(r, result["distributions"]) for r in requirements]
     result["ok"] = [c for c in checks if not c["error"]]
     result["wrong"] = [c for c in checks if c["error"]]
@@ -403,7 +476,7 @@ def read_interpreter(path: str) -> dict:
             raise FactsError(f"interpreter {path}: {checked} is not root's alone; provision runs no such file as root")
     proc = subprocess.run([real, "-I", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
                           capture_output=True, text=True, check=False, env={"PATH": SAFE_PATH}, cwd="/",
-                          stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
+                          stdin=subprocess.DEVNULL, timeout=TIMEOUT_S, start_new_session=True)
     version = proc.stdout.strip()
     if proc.returncode != 0 or not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version):
         raise FactsError(f"interpreter {path} did not say its version ({proc.returncode}): {proc.stderr.strip()[:200]}")
@@ -414,6 +487,7 @@ def gather(params: dict) -> dict:
     environment = params.get("venv") or {}
     facts = {
         "packages": read_packages(list(params.get("packages") or [])),
+        "dpkg_unfinished": read_dpkg_unfinished() if params.get("dpkg_unfinished") else None,
         "files": read_files(list(params.get("files") or [])
                             + [{"path": p, "checksum": True} for p in params.get("hash_files") or []]),
         "services": read_services(list(params.get("services") or [])),
@@ -443,6 +517,7 @@ def main() -> None:
             "venv": {"type": "dict", "default": {}},
             "files": {"type": "list", "elements": "raw", "default": []},
             "hash_files": {"type": "list", "elements": "path", "default": []},
+            "dpkg_unfinished": {"type": "bool", "default": False},
             "services": {"type": "list", "elements": "str", "default": []},
             "accounts": {"type": "list", "elements": "str", "default": []},
             "interpreter": {"type": "path", "default": ""},

@@ -1,7 +1,8 @@
 """resolve(profile, db) -> Plan: the newest stack in which every link holds, with a reason for every choice.
 
 Pure: no I/O, no mutation of its inputs, versions compared with packaging.version. The links checked:
-  * the driver branch drives the GPU (compute capability within the branch's range) and the OS packages it;
+  * the driver branch drives the GPU (compute capability within the branch's range: compat.Branch.drives) and the
+    OS packages it;
   * the driver runs the CUDA version, natively (branch CUDA >= planned CUDA) or through minor-version
     compatibility (driver >= the major's floor);
   * the CUDA toolkit can build for the GPU's compute capability;
@@ -14,7 +15,7 @@ Among the stacks that hold, the policy in data/policy.yaml decides (frameworks f
 
 One module per concern:
   entry        resolve(): GPUs, count and interconnect, target checks, mixed GPU models; picks the lane
-  links        the predicates above, one link each
+  links        the predicates above, one link each (a branch driving a GPU is compat.Branch.drives)
   context      the resolution context and the shape of a lane's answer
   stack        driver, CUDA and cuDNN: candidates, pin refusals, sub-plans (installed or platform-owned)
   frameworks   PyTorch and TensorFlow builds: candidates, refusals, FrameworkPlan
@@ -25,6 +26,6 @@ One module per concern:
 """
 
 from provision.resolver.entry import resolve
-from provision.resolver.links import branch_drives, has_kernels
+from provision.resolver.links import has_kernels
 
-__all__ = ["branch_drives", "has_kernels", "resolve"]
+__all__ = ["has_kernels", "resolve"]

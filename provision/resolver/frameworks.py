@@ -71,7 +71,7 @@ def _variant_url(base: str | None, variant: str) -> str | None:
 
 def tf_candidates(ctx: Ctx) -> list[Fw]:
     return [
-        Fw("tensorflow", "tensorflow", r.version, None, r.cuda, r.cudnn, (), None, r.requirement, None, 2, r.source, r)
+        Fw("tensorflow", "tensorflow", r.version, None, r.cuda, r.cudnn, (), None, r.requirement, None, r.numpy_major, r.source, r)
         for r in ctx.db.tensorflow
     ]
 

@@ -7,10 +7,6 @@ from provision.compat import GPU, Branch, CompatDB
 from provision.versions import V, cc_tuple, major, sm_int
 
 
-def branch_drives(branch: Branch, gpu: GPU) -> bool:
-    return branch.drives(gpu)
-
-
 def toolkit_builds(db: CompatDB, cuda: str, gpu: GPU) -> bool:
     tk = db.toolkit(cuda)
     return tk is not None and sm_int(gpu.cc) in tk.sm

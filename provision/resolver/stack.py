@@ -12,7 +12,7 @@ from provision.errors import IncompatibleError
 from provision.models import CudaPlan, CudnnPlan, DriverPlan
 from provision.resolver.context import Ctx
 from provision.resolver.frameworks import Fw
-from provision.resolver.links import branch_drives, cudnn_supports, driver_runs, pin_matches, toolkit_builds
+from provision.resolver.links import cudnn_supports, driver_runs, pin_matches, toolkit_builds
 from provision.versions import V, major
 
 
@@ -24,7 +24,7 @@ def driver_candidates(ctx: Ctx) -> list[tuple[Branch, DriverPkg]]:
         if pkg.os_id != ctx.os_id or (pkg.segment not in (None, gpu.segment)):
             continue
         branch = db.branch(pkg.branch)
-        if branch is None or not branch_drives(branch, gpu):
+        if branch is None or not branch.drives(gpu):
             continue
         out.append((branch, pkg))
     out.sort(key=lambda bp: V(bp[0].branch), reverse=True)
@@ -60,12 +60,12 @@ def cudnn_options(ctx: Ctx, cuda: str) -> list[str]:
 def refuse_no_driver(ctx: Ctx) -> IncompatibleError:
     db, gpu = ctx.db, ctx.gpu
     pin = ctx.profile.software.driver_branch
-    driving = [b for b in db.branches if branch_drives(b, gpu)]
+    driving = [b for b in db.branches if b.drives(gpu)]
     spans = ", ".join(f"R{b.branch}" for b in driving) or "none in the database"
     offered = sorted({p.os_id for p in db.drivers if p.branch in {b.branch for b in driving}})
     if pin:
         row = db.branch(pin)
-        if row is not None and not branch_drives(row, gpu):
+        if row is not None and not row.drives(gpu):
             return IncompatibleError(
                 f"driver branch {pin} cannot drive {gpu.model} ({gpu.arch}, compute capability {gpu.cc}): "
                 f"R{pin} covers {row.min_cc}-{row.max_cc}",
@@ -155,7 +155,7 @@ def check_driver_pin_runs_cuda_pin(ctx: Ctx, drivers: list[tuple[Branch, DriverP
     runs = [
         f"R{b.branch}"
         for b in db.branches
-        if branch_drives(b, gpu) and driver_runs(db, b, cuda) and any(p.branch == b.branch for p in db.drivers if p.os_id == ctx.os_id)
+        if b.drives(gpu) and driver_runs(db, b, cuda) and any(p.branch == b.branch for p in db.drivers if p.os_id == ctx.os_id)
     ]
     raise IncompatibleError(
         f"the pinned driver branch R{sw.driver_branch} (reports CUDA {branch.cuda}) cannot run the pinned CUDA {sw.cuda}: "
@@ -176,7 +176,7 @@ def driver_plan(ctx: Ctx, branch: Branch, pkg: DriverPkg, drivers: list[tuple[Br
     version the planned CUDA runs on (natively, or through minor-version compatibility)."""
     db, gpu, sw = ctx.db, ctx.gpu, ctx.profile.software
     others = [f"R{b.branch}" for b, _ in drivers if b.branch != branch.branch]
-    driving = [b for b in db.branches if branch_drives(b, gpu)]
+    driving = [b for b in db.branches if b.drives(gpu)]
     last = max(driving, key=lambda b: V(b.branch))
     why = (
         f"newest branch {ctx.os_id} offers ({pkg.source}) that drives {gpu.model} ({gpu.arch}, cc {gpu.cc}); "

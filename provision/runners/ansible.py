@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from provision import procs
-from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, RunnerError
+from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, RunnerError, printable
 from provision.resources import share_dir
 
 _RESULT_EVENTS = {
@@ -69,7 +69,9 @@ class RunResult:
 
 
 def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())[:300]
+    """A task's message as one printable line: what a host's commands print (the account's interpreter, a package's
+    scripts) can hold escape sequences, which never reach the operator's terminal raw."""
+    return printable(" ".join(str(text).split()))[:300]
 
 
 # What a failed task's output means, for the one line a person reads first. Order: most specific first.

@@ -46,7 +46,14 @@ def _probe(python: str, name: str, args: list[str], stdin: str = "", timeout: in
         return {"error": f"could not run {python}: {exc}"}
     for line in proc.stdout.splitlines():
         if line.startswith(PROBE_MARK):
-            result: dict[str, Any] = json.loads(line[len(PROBE_MARK) :])
+            # The environment's interpreter can print anything: a line that is not a JSON object is a FAIL, not a
+            # traceback that would end the run without a report.
+            try:
+                result = json.loads(line[len(PROBE_MARK) :])
+            except ValueError:
+                result = None
+            if not isinstance(result, dict):
+                return {"error": f"{python}: the {name} probe printed something that is not a JSON object"}
             return result
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     return {"error": f"{python} exited {proc.returncode}: {tail}"}

@@ -186,11 +186,43 @@ def test_root_is_refused_as_the_owner(tmp_path: Path, venv: Path) -> None:
                 "system_site_packages": False}),
 ], ids=["text", "list", "non-string-version", "bad-python", "bad-name", "bad-flag", "unasked-checksum"])
 def test_what_the_interpreter_prints_is_validated(tmp_path: Path, venv: Path, printed: str) -> None:
-    """The account can make its interpreter print anything: the module refuses what is not the expected shape."""
+    """The account can make its interpreter print anything: what is not the expected shape is used for nothing, and
+    the environment counts as not the planned one (pip runs again, as the account), not as a failed role."""
     site = next(venv.glob("lib/python3*/site-packages"))
     (site / "hostile.pth").write_text(f"import os, sys; sys.stdout.write({printed!r} + '\\n'); sys.stdout.flush(); os._exit(0)\n")
     result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": ["numpy==2.2.6"]})
-    assert result.get("failed") and result["msg"].startswith("provision_facts: the environment's interpreter"), result
+    assert not result.get("failed"), result
+    facts = result["venv"]
+    assert facts["satisfied"] is False and facts["error"].startswith("the environment's interpreter"), facts
+    assert facts["distributions"] == {} and facts["python"] is None, facts
+
+
+def test_an_odd_distribution_is_left_out_and_the_planned_ones_still_count(tmp_path: Path, venv: Path) -> None:
+    """A stray dist-info with a name no index could serve does not make the environment unreadable."""
+    site = next(venv.glob("lib/python3*/site-packages"))
+    odd = site / "odd_pkg-1.0.dist-info"
+    odd.mkdir()
+    (odd / "METADATA").write_text("Metadata-Version: 2.1\nName: odd pkg\nVersion: 1.0\n")
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": []})
+    facts = result["venv"]
+    assert facts["error"] is None and facts["satisfied"] is True, facts
+    assert facts["distributions"].get("numpy") == "2.2.6" and not any(" " in n for n in facts["distributions"]), facts
+
+
+def test_an_owner_not_made_yet_is_reported_not_fatal(tmp_path: Path, venv: Path) -> None:
+    """python_env makes the account after this read: a venv left from another plan must not stop the role first."""
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": "pv-no-such-account", "requirements": ["pip==1"]})
+    assert not result.get("failed"), result
+    assert result["venv"]["satisfied"] is False and "not an account on this host" in result["venv"]["error"]
+
+
+def test_an_interpreter_that_floods_its_output_is_stopped(tmp_path: Path, venv: Path) -> None:
+    """Root reads at most MAX_OUTPUT of what the account's interpreter prints, then kills it."""
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "flood.pth").write_text("import sys; [sys.stderr.write('x' * 65536) for _ in range(2000)]\n")
+    result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": []})
+    assert not result.get("failed"), result
+    assert result["venv"]["satisfied"] is False and "printed more than expected" in result["venv"]["error"]
 
 
 def test_an_interpreter_that_fails_is_reported_as_an_error_not_satisfied(tmp_path: Path, venv: Path) -> None:
@@ -198,3 +230,11 @@ def test_an_interpreter_that_fails_is_reported_as_an_error_not_satisfied(tmp_pat
     (site / "broken.pth").write_text("import os; os._exit(3)\n")
     result = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER, "requirements": []})
     assert result["venv"]["satisfied"] is False and "exited 3" in result["venv"]["error"]
+
+
+def test_dpkg_unfinished_is_read_only_when_asked(tmp_path: Path) -> None:
+    audit = subprocess.run(["dpkg", "--audit"], capture_output=True, text=True, check=False).stdout.strip()
+    assert run_module(tmp_path, packages=["dpkg"])["dpkg_unfinished"] is None
+    # This machine's dpkg: the same answer as dpkg --audit (the integration suite interrupts a real dpkg run:
+    # tests/integration/test_role_faults.py).
+    assert run_module(tmp_path, packages=["dpkg"], dpkg_unfinished=True)["dpkg_unfinished"] is bool(audit)

@@ -184,3 +184,13 @@ def test_the_lock_refuses_a_second_holder_names_it_and_dies_with_it(tmp_path):
     with procs.exclusive({"inventory-x.lock": "inv.yml", "host-a.lock": "host a"}, directory=tmp_path):
         assert json.loads((tmp_path / "host-a.lock").read_text())["pid"] == os.getpid()
     assert (tmp_path / "host-a.lock").read_text() == ""
+
+
+def test_a_missing_working_directory_is_not_called_a_missing_program(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    for call in (lambda: procs.run_tool(["ls"], "list", cwd=gone), lambda: procs.run(["ls"], cwd=gone)):
+        with pytest.raises(procs.RunnerError) as caught:
+            call()
+        assert str(gone) in str(caught.value) and "not installed" not in str(caught.value), caught.value
+    with pytest.raises(procs.RunnerError, match="'no-such-tool' is not installed or not on PATH"):
+        procs.run_tool([str(tmp_path / "no-such-tool")], "probe")

@@ -44,3 +44,10 @@ def test_a_connection_lost_mid_task_is_unreachable_not_failed(msg: str) -> None:
 def test_a_task_that_failed_on_a_reachable_host_stays_failed(msg: str) -> None:
     assert not connection_lost({"msg": msg})
     assert task_line(event("runner_on_failed", msg, rc=1))[2] == "failed"
+
+
+def test_escape_sequences_a_host_printed_never_reach_the_terminal_raw() -> None:
+    """A failed step's message can carry what the notebook account's interpreter printed."""
+    _, _, state, line = task_line(event("runner_on_failed", "wheel check: \x1b]0;owned\x07\x1b[2J done"))
+    assert state == "failed"
+    assert "\x1b" not in line and "\x07" not in line and "\\x1b" in line, line

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from provision.state import cache_root
-from provision.verify.environment import check_frameworks, check_jupyter
+from provision.verify.environment import PROBE_MARK, _probe, check_frameworks, check_jupyter
 from provision.verify.expect import Expect
 from provision.verify.suite import run
 
@@ -90,3 +90,13 @@ def test_a_planned_framework_that_does_not_import_fails() -> None:
     assert c.status == "FAIL" and "pytorch 2.6.0 planned but not importable" in c.detail
     skipped = check_frameworks(Expect(), sys.executable, gpu=False)
     assert {c.name: c.status for c in skipped} == {"framework:pytorch": "SKIP", "framework:tensorflow": "SKIP"}
+
+
+@pytest.mark.parametrize("printed", ["not json", "[1, 2]", "{\"torch\": "])
+def test_a_probe_line_that_is_not_a_json_object_is_an_error_not_a_traceback(tmp_path: Path, printed: str) -> None:
+    """The environment's interpreter can print anything after the probe's mark."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{PROBE_MARK}{printed}'\n")
+    fake.chmod(0o755)
+    result = _probe(str(fake), "framework", [])
+    assert set(result) == {"error"} and "not a JSON object" in result["error"], result
