@@ -24,11 +24,12 @@ from provision.fleet import (
     assign,
     check_hosts,
     check_targets,
+    hosts_file,
     inventory_hostvars,
+    one_source,
     verify_line,
 )
 from provision.models import Plan
-from provision.resources import share_dir
 
 
 def sandbox_release(plan: Plan) -> str:
@@ -77,22 +78,13 @@ class Targets:
         return f"{len(self.hosts)} host(s) in {given}: {', '.join(self.hosts)}"
 
 
-def _hosts_file(inventory: Path | None) -> Path:
-    if inventory is None:
-        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
-    if not inventory.is_file():
-        raise UsageError(f"{inventory}: inventory file not found")
-    return inventory.resolve()
-
-
 def targets(profile: Path | None, inventory: Path | None, sandbox_name: str | None, os_override: str | None,
             limit: str | None, failed: bool, *, vault_password_file: Path | None = None,
             indexes: dict[str, str | bool] | None = None) -> Targets:
     """The hosts of `provision apply` (and of `provision check PROFILE`) with their Plans; every Plan resolved,
     nothing touched. failed: only the hosts that did not succeed in the last apply on the inventory (no groups when
     every one did)."""
-    if inventory and sandbox_name:
-        raise UsageError("give either --inventory or --sandbox, not both")
+    one_source(inventory, sandbox_name)
     if sandbox_name:
         if profile is None:
             raise UsageError("--sandbox needs a PROFILE")
@@ -102,7 +94,7 @@ def targets(profile: Path | None, inventory: Path | None, sandbox_name: str | No
         inv = (sandbox.inventory([sandbox_name]) if sandbox.is_running(sandbox_name)
                else {"all": {"hosts": {sandbox_name: {}}}})
         return Targets(groups, inv, f"sandbox:{sandbox_name}", sandbox_name)
-    path = _hosts_file(inventory)
+    path = hosts_file(inventory)
     key = str(path)
     hostvars = inventory_hostvars(path, limit, vault_password_file=vault_password_file)
     if failed:

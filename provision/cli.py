@@ -612,6 +612,9 @@ def sandbox_up(
     = "ssh",
     vm: Annotated[bool, typer.Option("--vm", help="Virtual machines (QEMU, a kernel of their own: the driver's "
                                      "kernel side runs for real) instead of containers; slow, for tests.")] = False,
+    firmware: Annotated[str, typer.Option("--firmware", help="With --vm: direct (QEMU loads the kernel; fastest), "
+                                          "uefi (OVMF, shim, GRUB, as a machine boots) or secure-boot (the same "
+                                          "with Secure Boot on and Microsoft's keys enrolled).")] = "direct",
 ) -> None:
     """Start stock Debian hosts in containers (sshd, an admin account with sudo and a key, Debian's default sources)
     and write an inventory for them."""
@@ -627,8 +630,10 @@ def sandbox_up(
         if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise UsageError(f"sandbox name '{name}': use letters, digits, '-', '_' and '.' only")
     if vm:
-        _vm_up(names, release, os_name, output, profile, connection)
+        _vm_up(names, release, os_name, output, profile, connection, firmware)
         return
+    if firmware != "direct":
+        raise UsageError(f"--firmware {firmware} is for --vm hosts: a container has no firmware of its own")
     with _Activity(err, f"starting {len(names)} sandbox(es)") as activity:
         started = sandbox.start_fleet(names, release, log=activity.log, progress=activity.update)
     hostvars = {n: {"provision_os": os_name, **({"provision_profile": profile} if profile else {})} for n in names}
@@ -641,7 +646,7 @@ def sandbox_up(
 
 
 def _vm_up(names: list[str], release: str, os_name: str, output: Path | None, profile: str | None,
-           connection: str) -> None:
+           connection: str, firmware: str) -> None:
     from provision import sandbox, vm
     from provision.render.ansible import write_yaml
 
@@ -650,14 +655,14 @@ def _vm_up(names: list[str], release: str, os_name: str, output: Path | None, pr
     started = []
     for name in names:
         with _Activity(err, f"starting VM {name}") as activity:
-            started.append(vm.start(name, release, log=activity.log, progress=activity.update))
+            started.append(vm.start(name, release, firmware=firmware, log=activity.log, progress=activity.update))
     if output:
         hosts = {n: {**vm.host_connection(n), "provision_os": os_name, **({"provision_profile": profile} if profile else {})}
                  for n in names}
         write_yaml({"all": {"hosts": hosts}}, output)
         out.print(f"wrote {output}: provision apply {'' if profile else 'PROFILE '}-i {output}", markup=False)
     for box in started:
-        out.print(f"{box.name}: running ({os_name}, QEMU), ssh -i {sandbox.ssh_key()} -p {box.port} "
+        out.print(f"{box.name}: running ({os_name}, QEMU, {firmware} firmware), ssh -i {sandbox.ssh_key()} -p {box.port} "
                   f"{sandbox.ADMIN}@127.0.0.1", markup=False)
 
 

@@ -431,25 +431,35 @@ def check_groups(hostvars: dict[str, dict[str, Any]], inventory: Path | None, *,
     return groups
 
 
+def one_source(inventory: Path | None, sandbox_name: str | None) -> None:
+    """The hosts come from an inventory or a sandbox, never both (apply and check)."""
+    if inventory and sandbox_name:
+        raise UsageError("give either --inventory or --sandbox, not both")
+
+
+def hosts_file(inventory: Path | None) -> Path:
+    """The inventory file given (-i), resolved; one line when there is none or it is not a file (apply and check)."""
+    if inventory is None:
+        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
+    if not inventory.is_file():
+        raise UsageError(f"{inventory}: inventory file not found")
+    return inventory.resolve()
+
+
 def check_targets(inventory: Path | None, sandbox_name: str | None, *, limit: str | None = None,
                   os_override: str | None = None,
                   vault_password_file: Path | None = None) -> tuple[list[Group], Path | dict[str, Any]]:
     """(groups, inventory) for `provision check -i INVENTORY` or `--sandbox NAME` given no PROFILE (check_groups)."""
-    if inventory and sandbox_name:
-        raise UsageError("give either --inventory or --sandbox, not both")
+    one_source(inventory, sandbox_name)
     if sandbox_name:
         groups = check_groups({sandbox_name: {}}, None, os_override=os_override)
         if not sandbox.is_running(sandbox_name):
             raise UsageError(f"sandbox {sandbox_name} is not running; run `provision apply ... --sandbox "
                              f"{sandbox_name}` first")
         return groups, sandbox.inventory([sandbox_name])
-    if inventory is None:
-        raise UsageError(f"no hosts: give -i INVENTORY (examples in {share_dir('inventory')}) or --sandbox NAME")
-    if not inventory.is_file():
-        raise UsageError(f"{inventory}: inventory file not found")
-    inventory = inventory.resolve()
-    hostvars = inventory_hostvars(inventory, limit, vault_password_file=vault_password_file)
-    return check_groups(hostvars, inventory, os_override=os_override), inventory
+    path = hosts_file(inventory)
+    hostvars = inventory_hostvars(path, limit, vault_password_file=vault_password_file)
+    return check_groups(hostvars, path, os_override=os_override), path
 
 
 def check_hosts(groups: list[Group], inventory: Path | dict[str, Any], hosts: list[str], *,

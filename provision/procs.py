@@ -194,7 +194,8 @@ def stop(lookup: Callable[[], set[int]], *, first: int = signal.SIGTERM, grace: 
 
 # The Debian package that carries a tool whose name is not its package's, for the one-line "not installed" error.
 TOOL_PACKAGES = {"docker": "docker.io", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
-                 "qemu-img": "qemu-utils", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs"}
+                 "qemu-img": "qemu-utils", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs",
+                 "mkfs.vfat": "dosfstools", "mcopy": "mtools", "mmd": "mtools", "sfdisk": "fdisk"}
 
 
 def missing_tool(tool: str, what: str | None = None) -> RunnerError:

@@ -14,7 +14,14 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # The `long` suites' VM host (tests/integration/test_vm_driver.py): QEMU, only when they are asked for.
 if [ "${PROVISION_LONG:-}" = 1 ]; then
   command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
-  command -v qemu-img >/dev/null 2>&1 || need_apt+=(qemu-utils)
+  # By package, not by command: a qemu-img that no package owns has been seen to vanish when qemu-system-x86 is
+  # installed beside it.
+  dpkg-query -W -f='${Status}' qemu-utils 2>/dev/null | grep -q 'ok installed' || need_apt+=(qemu-utils)
+  # The VM's disk (an EFI system partition and a partition table made from files) and its UEFI firmware.
+  command -v mkfs.vfat >/dev/null 2>&1 || need_apt+=(dosfstools)
+  command -v mcopy >/dev/null 2>&1 || need_apt+=(mtools)
+  command -v sfdisk >/dev/null 2>&1 || need_apt+=(fdisk)
+  [ -f /usr/share/OVMF/OVMF_CODE_4M.secboot.fd ] || need_apt+=(ovmf)
 fi
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then

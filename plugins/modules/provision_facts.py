@@ -36,19 +36,29 @@ options:
   venv:
     description:
       - A virtual environment to read. Keys C(path) (the environment's directory), C(owner) (the account that owns
-        it; the interpreter runs as this account), C(requirements) (exact pins to check) and C(checksums) (paths
+        it; the interpreter runs as this account; left out, the owner of C(path)), C(requirements) (exact pins to check) and C(checksums) (paths
         relative to the environment whose sha256 the account's interpreter reads: root does not read the
         account's files).
       - Empty (the default) reads no environment.
     type: dict
     default: {}
   files:
-    description: Paths to stat. An item is a path, or a dict with C(path) and C(checksum) (true for a sha256).
+    description:
+      - Paths to stat. An item is a path, or a dict with C(path), C(checksum) (true for a sha256) and C(follow)
+        (true to report what a link points to, as C(stat -L) does: an installed command behind Debian's
+        alternatives). C(checksum) and C(follow) do not go together.
     type: list
     elements: raw
     default: []
   hash_files:
     description: Paths to stat and hash (sha256), as O(files) items with C(checksum) true; reported under RV(files).
+    type: list
+    elements: path
+    default: []
+  trees:
+    description:
+      - Directories whose entries to list (recursively, without following links), so a role can remove what it no
+        longer ships. At most 10000 entries per directory.
     type: list
     elements: path
     default: []
@@ -116,10 +126,17 @@ venv:
            "distributions": {"numpy": "2.2.6"}, "error": null}
 files:
   description: Per path asked, C(exists), and when it does C(type) (file, directory, link, other), C(mode) (C("0644")),
-    C(owner), C(group), C(uid), C(gid), C(size) and, where asked, C(sha256).
+    C(executable) (a regular file with an execute bit), C(owner), C(group), C(uid), C(gid), C(size) and, where asked,
+    C(sha256).
   returned: always
   type: dict
   sample: {"/etc/hosts": {"exists": true, "type": "file", "mode": "0644", "owner": "root", "group": "root"}}
+trees:
+  description: Per directory asked, its entries as paths relative to it (a directory's with a trailing C(/)), sorted;
+    null when it is not a directory.
+  returned: always
+  type: dict
+  sample: {"/opt/provision/verify": ["__main__.py", "kernels/", "kernels/triad.cu"]}
 services:
   description: Per unit asked (by the name given), C(load) (C(loaded), C(not-found)), C(active) (C(active),
     C(inactive), C(failed)), C(sub) and C(enabled) (the unit file state, C(enabled), C(disabled), or empty).
@@ -339,6 +356,21 @@ def as_account(owner: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
             "--", *argv], env
 
 
+def directory_owner(path: str) -> str:
+    """The account that owns the environment's directory (no `owner` given); "" when there is no such directory, so
+    the environment reads as absent. Its interpreter still never runs as root: read_environment refuses that."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    if not stat.S_ISDIR(st.st_mode):
+        raise FactsError(f"venv: {path} is not a directory")
+    name = name_of(pwd.getpwuid, st.st_uid)
+    if name is None:
+        raise FactsError(f"venv: {path} is owned by uid {st.st_uid}, which is not an account on this host")
+    return name
+
+
 def read_environment(path: str, owner: str, requirements: list[str], checksums: list[str]) -> dict:
     result: dict = {"path": path, "owner": owner, "exists": False, "python": None, "distributions": {},
                     "checksums": dict.fromkeys(checksums), "system_site_packages": None,
@@ -385,16 +417,17 @@ def name_of(getter, number: int) -> str | None:
         return None
 
 
-def stat_file(path: str, checksum: bool) -> dict:
+def stat_file(path: str, checksum: bool, follow: bool = False) -> dict:
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:  # with follow, a dangling link too
         return {"exists": False}
     except NotADirectoryError:
         return {"exists": False}
     kind = ("file" if stat.S_ISREG(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode)
             else "link" if stat.S_ISLNK(st.st_mode) else "other")
-    info: dict = {"exists": True, "type": kind, "mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid,
+    info: dict = {"exists": True, "type": kind, "mode": f"{stat.S_IMODE(st.st_mode):04o}",
+                  "executable": kind == "file" and bool(st.st_mode & 0o111), "uid": st.st_uid,
                   "gid": st.st_gid, "owner": name_of(pwd.getpwuid, st.st_uid),
                   "group": name_of(grp.getgrgid, st.st_gid), "size": st.st_size}
     if checksum and kind == "file":
@@ -413,13 +446,42 @@ def read_files(items: list) -> dict:
     found = {}
     for item in items:
         if isinstance(item, dict):
-            path, checksum = str(item.get("path", "")), bool(item.get("checksum", False))
+            path, checksum, follow = (str(item.get("path", "")), bool(item.get("checksum", False)),
+                                      bool(item.get("follow", False)))
         else:
-            path, checksum = str(item), False
+            path, checksum, follow = str(item), False, False
         if not os.path.isabs(path):
             raise FactsError(f"files: {path!r} is not an absolute path")
-        found[path] = stat_file(path, checksum)
+        if checksum and follow:
+            raise FactsError(f"files: {path}: a checksum is read from the file itself, never through a link (no follow)")
+        found[path] = stat_file(path, checksum, follow)
     return found
+
+
+MAX_TREE_ENTRIES = 10000
+
+
+def read_tree(path: str) -> list[str] | None:
+    """The entries under `path`, relative, a directory's ending in "/"; links are listed, never followed."""
+    if not os.path.isabs(path):
+        raise FactsError(f"trees: {path!r} is not an absolute path")
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    found: list[str] = []
+    for top, dirs, files in os.walk(path, followlinks=False):
+        rel = os.path.relpath(top, path)
+        prefix = "" if rel == "." else rel + "/"
+        # os.walk lists a link to a directory among dirs, but does not enter it: report it as the link it is.
+        links = [d for d in dirs if os.path.islink(os.path.join(top, d))]
+        dirs[:] = [d for d in dirs if d not in links]
+        found.extend(prefix + d + "/" for d in dirs)
+        found.extend(prefix + f for f in files + links)
+        if len(found) > MAX_TREE_ENTRIES:
+            raise FactsError(f"trees: {path} holds more than {MAX_TREE_ENTRIES} entries")
+    return sorted(found)
 
 
 def unit_name(name: str) -> str:
@@ -490,6 +552,7 @@ def gather(params: dict) -> dict:
         "dpkg_unfinished": read_dpkg_unfinished() if params.get("dpkg_unfinished") else None,
         "files": read_files(list(params.get("files") or [])
                             + [{"path": p, "checksum": True} for p in params.get("hash_files") or []]),
+        "trees": {path: read_tree(path) for path in params.get("trees") or []},
         "services": read_services(list(params.get("services") or [])),
         "accounts": read_accounts(list(params.get("accounts") or [])),
         "interpreter": read_interpreter(params.get("interpreter") or ""),
@@ -502,8 +565,10 @@ def gather(params: dict) -> dict:
         if not isinstance(checksums, list) or not all(
                 isinstance(c, str) and c and not os.path.isabs(c) and ".." not in c.split("/") for c in checksums):
             raise FactsError("venv.checksums must be a list of paths relative to the environment")
-        if not isinstance(path, str) or not os.path.isabs(path) or not isinstance(owner, str) or not owner:
-            raise FactsError("venv needs an absolute 'path' and an 'owner' account")
+        if not isinstance(path, str) or not os.path.isabs(path) or not isinstance(owner, (str, type(None))):
+            raise FactsError("venv needs an absolute 'path' (and, optionally, an 'owner' account)")
+        if not owner:
+            owner = directory_owner(path)
         if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
             raise FactsError("venv.requirements must be a list of strings")
         facts["venv"] = read_environment(path, owner, requirements, checksums)
@@ -517,6 +582,7 @@ def main() -> None:
             "venv": {"type": "dict", "default": {}},
             "files": {"type": "list", "elements": "raw", "default": []},
             "hash_files": {"type": "list", "elements": "path", "default": []},
+            "trees": {"type": "list", "elements": "path", "default": []},
             "dpkg_unfinished": {"type": "bool", "default": False},
             "services": {"type": "list", "elements": "str", "default": []},
             "accounts": {"type": "list", "elements": "str", "default": []},

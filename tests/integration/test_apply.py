@@ -108,3 +108,55 @@ def test_the_host_carries_the_record_of_what_was_applied(first_apply):
     assert record["profile"] == "deskmini" and record["os"] == "debian-13"
     assert record["packages"]["nvidia-smi"].startswith("550.")
     assert record["wheels"]["nvidia-cudnn-cu12"] == "9.10.2.21"
+    assert record["wheels_error"] is None
+
+
+# Asked on the host by the account (who alone may read the token): the token goes from the file into the request
+# header, never onto a command line.
+_STATUS = """
+import sys, urllib.error, urllib.request
+req = urllib.request.Request("http://127.0.0.1:8888/api/status")
+if len(sys.argv) > 1:
+    req.add_header("Authorization", "token " + open(sys.argv[1]).read().strip())
+try:
+    print(urllib.request.urlopen(req, timeout=10).status)
+except urllib.error.HTTPError as err:
+    print(err.code)
+"""
+
+
+def test_drift_the_facts_see_is_repaired_by_the_next_apply(first_apply):
+    """Drift a converged host's single read must not miss: the Jupyter token emptied while the server runs (made
+    again, and the server restarted to take it: a server without a token would take anyone), a token changed by hand
+    (the server still holds the one it read when it started: restarted), and a file in the verifier's directory that
+    provision does not ship (a module a newer provision split)."""
+    token = "/var/lib/provision/jupyter/token"
+
+    def read_token() -> str:
+        return subprocess.run(["docker", "exec", NAME, "cat", token], capture_output=True, text=True).stdout
+
+    def status(*args: str) -> str:
+        return subprocess.run(["docker", "exec", "-u", "ml", NAME, "python3", "-I", "-c", _STATUS, *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    def apply() -> subprocess.CompletedProcess:
+        proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check", "--tags", "jupyter,gpu_verify")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    old = read_token()
+    subprocess.run(["docker", "exec", NAME, "sh", "-c", f": > {token}; echo stale > /opt/provision/verify/checks.py"],
+                   check=True)
+    proc = apply()
+    assert len(read_token()) == 48 and read_token() != old
+    assert re.search(r"changed\s+Restart Jupyter", proc.stderr), proc.stderr[-3000:]
+    assert "files | Remove what the verifier no longer ships" in proc.stderr
+    assert subprocess.run(["docker", "exec", NAME, "test", "-e", "/opt/provision/verify/checks.py"]).returncode == 1
+    assert status(token) == "200" and status() == "403"
+
+    by_hand = "0123456789abcdef" * 3
+    subprocess.run(["docker", "exec", "-u", "ml", NAME, "sh", "-c", f"printf %s {by_hand} > {token}"], check=True)
+    assert status(token) == "403"  # the server still holds the token it read when it started
+    proc = apply()
+    assert "restart | Restart the server" in proc.stderr, proc.stderr[-3000:]
+    assert read_token() == by_hand and status(token) == "200" and status() == "403"

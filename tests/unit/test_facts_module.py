@@ -77,12 +77,41 @@ def test_files_report_stat_and_sha256_only_where_asked(tmp_path: Path) -> None:
                                          {"path": str(link), "checksum": True}, str(tmp_path / "absent")])
     files = result["files"]
     me = pwd.getpwuid(os.geteuid()).pw_name
-    assert files[str(data)] == {"exists": True, "type": "file", "mode": "0640", "uid": os.geteuid(),
+    assert files[str(data)] == {"exists": True, "type": "file", "mode": "0640", "executable": False, "uid": os.geteuid(),
                                 "gid": os.getegid(), "owner": me, "group": files[str(data)]["group"], "size": 10,
                                 "sha256": hashlib.sha256(b"provision\n").hexdigest()}
     assert files[str(tmp_path)]["type"] == "directory" and "sha256" not in files[str(tmp_path)]
     assert files[str(link)]["type"] == "link" and "sha256" not in files[str(link)]  # not followed
     assert files[str(tmp_path / "absent")] == {"exists": False}
+
+
+def test_follow_reports_what_a_link_points_to(tmp_path: Path) -> None:
+    tool = tmp_path / "nvidia-smi.real"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    link = tmp_path / "nvidia-smi"
+    link.symlink_to(tool)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone")
+    files = run_module(tmp_path, files=[{"path": str(link), "follow": True}, {"path": str(dangling), "follow": True}])["files"]
+    assert files[str(link)]["type"] == "file" and files[str(link)]["executable"] is True
+    assert files[str(dangling)] == {"exists": False}
+    refused = run_module(tmp_path, files=[{"path": str(link), "follow": True, "checksum": True}])
+    assert refused["failed"] and "never through a link" in refused["msg"]
+
+
+def test_trees_list_entries_without_following_links(tmp_path: Path) -> None:
+    root = tmp_path / "verify"
+    (root / "kernels").mkdir(parents=True)
+    (root / "__main__.py").write_text("")
+    (root / "kernels" / "triad.cu").write_text("")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("")
+    (root / "elsewhere").symlink_to(outside)
+    trees = run_module(tmp_path, trees=[str(root), str(tmp_path / "absent"), str(root / "__main__.py")])["trees"]
+    assert trees[str(root)] == ["__main__.py", "elsewhere", "kernels/", "kernels/triad.cu"]
+    assert trees[str(tmp_path / "absent")] is None and trees[str(root / "__main__.py")] is None
 
 
 def test_accounts_and_the_system_interpreter(tmp_path: Path) -> None:
@@ -172,6 +201,25 @@ def test_the_interpreter_runs_as_the_owner_never_as_root(tmp_path: Path, venv: P
 
 def test_root_is_refused_as_the_owner(tmp_path: Path, venv: Path) -> None:
     result = run_module(tmp_path, venv={"path": str(venv), "owner": "root", "requirements": []})
+    assert result["failed"] and "never runs an environment's interpreter as root" in result["msg"]
+
+
+def test_without_an_owner_the_directory_owner_reads_it(tmp_path: Path, venv: Path) -> None:
+    witness = tmp_path / "ran-as"
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "witness.pth").write_text(f"import os; open({str(witness)!r}, 'w').write(str(os.geteuid()))\n")
+    result = run_module(tmp_path, venv={"path": str(venv), "requirements": ["numpy==2.2.6"]})
+    assert result["venv"]["owner"] == OWNER and result["venv"]["satisfied"] is True
+    assert int(witness.read_text()) == pwd.getpwnam(OWNER).pw_uid
+    # No directory: an absent environment, not an error.
+    absent = run_module(tmp_path, venv={"path": str(tmp_path / "none")})
+    assert absent["venv"]["exists"] is False and not absent.get("failed")
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a root-owned directory can only be made by root")
+def test_without_an_owner_a_root_owned_environment_is_refused(tmp_path: Path, venv: Path) -> None:
+    os.chown(venv, 0, -1)
+    result = run_module(tmp_path, venv={"path": str(venv)})
     assert result["failed"] and "never runs an environment's interpreter as root" in result["msg"]
 
 

@@ -35,3 +35,22 @@ def test_vm_hosts_are_reached_over_ssh_only():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip() == (
         "error: --vm hosts are reached over SSH only (no --connection docker)"), proc.stderr
+
+
+def test_an_unknown_firmware_is_refused_before_anything_is_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROVISION_CACHE", str(tmp_path))
+    with pytest.raises(UsageError, match=r"--firmware bios: use one of direct, uefi, secure-boot"):
+        vm.start("pv-none", "13", firmware="bios")
+    assert not (tmp_path / "vm").exists()
+
+
+def test_firmware_is_for_vms_only():
+    proc = subprocess.run([sys.executable, "-m", "provision", "sandbox", "up", "pv-x", "--firmware", "uefi"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--firmware uefi is for --vm hosts" in proc.stderr, proc.stderr
+
+
+def test_the_secure_boot_firmware_is_ovmfs_secure_build_with_microsofts_keys():
+    code, variables = vm.FIRMWARE["secure-boot"] or ("", "")
+    assert code.endswith("OVMF_CODE_4M.secboot.fd") and variables.endswith("OVMF_VARS_4M.ms.fd")
+    assert vm.FIRMWARE["direct"] is None
