@@ -99,8 +99,12 @@ _CAUSES = (
 )
 
 
-# A role's rescue step names the cause and what to do itself ("cuda: task 'x' failed on h: <cause> <module's words>").
-_ROLE_FAILURE = re.compile(r"^[a-z][a-z0-9_]*: task '[^']*' failed on \S+: ")
+# A role's own failure names the cause and what to do itself: its rescue step ("cuda: task 'x' failed on h: <cause>
+# <module's words>") and its asserts ("nvidia_driver: h boots with Secure Boot on ... Enrol the key: `sudo mokutil
+# --import ...`"). Kept whole, up to ROLE_MESSAGE_MAX characters: the advice is at the end.
+_ROLE_FAILURE = re.compile(r"^(?:" + "|".join(sorted(
+    p.name for p in share_dir("roles").iterdir() if (p / "tasks" / "main.yml").is_file())) + r"): ")
+ROLE_MESSAGE_MAX = 1200
 
 
 def failure_message(res: dict[str, Any]) -> str:
@@ -109,8 +113,8 @@ def failure_message(res: dict[str, Any]) -> str:
     if items:  # a loop: the first failed item says what went wrong
         return failure_message(items[0])
     if _ROLE_FAILURE.match(str(res.get("msg") or "")):
-        # Kept whole (up to 900 characters): cutting it around a needle below would cut off the role's advice.
-        return " ".join(str(res["msg"]).split())[:900]
+        # Kept whole: cutting it around a needle below would cut off the role's advice.
+        return printable(" ".join(str(res["msg"]).split()))[:ROLE_MESSAGE_MAX]
     text = " ".join(str(res.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr", "reason"))
     own = _one_line(res.get("msg") or res.get("stderr") or res.get("module_stderr") or res.get("reason") or "")
     for needle, cause in _CAUSES:

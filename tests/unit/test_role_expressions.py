@@ -70,7 +70,8 @@ def test_a_converged_driver_has_nothing_to_install() -> None:
 def test_a_driver_at_another_version_or_missing_is_installed_at_the_planned_one() -> None:
     installed = {"nvidia-driver": "535.247.01-1", "nvidia-kernel-dkms": None, "nvidia-persistenced": "550.163.01-1"}
     # The unversioned package (its own source, its own version) counts at any version; the others at the plan's.
-    assert render("nvidia_driver", "__nvidia_driver_to_install", "Debian-13.yml", **driver(installed)) == [
+    # (difference() keeps no order; apt takes the names in any.)
+    assert sorted(render("nvidia_driver", "__nvidia_driver_to_install", "Debian-13.yml", **driver(installed))) == [
         "nvidia-driver=550.163.01-2", "nvidia-kernel-dkms=550.163.01-2"]
 
 
@@ -192,7 +193,7 @@ def test_what_the_verifier_no_longer_ships_is_stale_and_nothing_else() -> None:
     listed = shipped + ["expect.json", "kernels/", "probes/"]
 
     def stale(tree: list[str] | None) -> Any:
-        return render("gpu_verify", "__gpu_verify_stale", gpu_verify_source_dir=str(source),
+        return render("gpu_verify", "__gpu_verify_stale", __gpu_verify_source_dir=str(source),
                       gpu_verify_dir="/opt/provision/verify", gpu_verify_facts={"trees": {"/opt/provision/verify": tree}})
 
     assert stale(listed) == []

@@ -51,3 +51,14 @@ def test_escape_sequences_a_host_printed_never_reach_the_terminal_raw() -> None:
     _, _, state, line = task_line(event("runner_on_failed", "wheel check: \x1b]0;owned\x07\x1b[2J done"))
     assert state == "failed"
     assert "\x1b" not in line and "\x07" not in line and "\\x1b" in line, line
+
+
+def test_a_roles_own_failure_is_kept_whole_with_its_advice_at_the_end() -> None:
+    """Found by the Secure Boot VM test: nvidia_driver's refusal was cut at 300 characters, before the command that
+    enrols the key. A role's own words ("<role>: ...") are kept whole; anything else is still one short line."""
+    advice = "Enrol the key: `sudo mokutil --import /var/lib/dkms/mok.pub`, reboot, then apply again."
+    msg = "nvidia_driver: gpu1 boots with Secure Boot on and its firmware does not trust the key; " + "x" * 500 + advice
+    _, _, state, line = task_line(event("runner_on_failed", msg))
+    assert state == "failed" and line.endswith(advice)
+    _, _, _, other = task_line(event("runner_on_failed", "some module: " + "y" * 500 + advice))
+    assert len(other) < 400 and advice not in other
