@@ -222,7 +222,13 @@ def parse_yaml(text: str, file: str) -> tuple[Any, _Doc]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = (mark.line + 1, mark.column + 1) if mark else None
-        doc.problem(f"not valid YAML: {show(exc.problem or exc.context)}", pos)
+        problem = exc.problem or exc.context or ""
+        if "maximum nesting depth" in problem:
+            # libyaml from 0.2.6 (PyYAML 6.0.4's wheels) stops deep flow collections itself, before an event
+            # reaches _compose: the same refusal, said the same way whichever libyaml is installed.
+            doc.problem(f"the document nests deeper than {MAX_DEPTH} levels; a profile needs a handful", pos)
+        else:
+            doc.problem(f"not valid YAML: {show(problem)}", pos)
         raise ProfileError(doc.problems) from None
     except yaml.YAMLError as exc:
         doc.problem(f"not valid YAML: {show(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}", None)

@@ -13,10 +13,11 @@ command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # The `long` suites' VM host (tests/integration/test_vm_driver.py): QEMU, only when they are asked for.
 if [ "${PROVISION_LONG:-}" = 1 ]; then
-  command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
-  # By package, not by command: a qemu-img that no package owns has been seen to vanish when qemu-system-x86 is
-  # installed beside it.
-  dpkg-query -W -f='${Status}' qemu-utils 2>/dev/null | grep -q 'ok installed' || need_apt+=(qemu-utils)
+  # qemu-img comes in the same apt transaction as the emulator: a qemu-utils from another release (a backport, as
+  # on the machine image this is built on) is removed by apt when Debian's qemu-system-x86 goes in beside it, and
+  # only a request for both in one install keeps a matching qemu-img (checked again after the install, below).
+  command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86 qemu-utils)
+  command -v qemu-img >/dev/null 2>&1 || need_apt+=(qemu-utils)
   # The VM's disk (an EFI system partition and a partition table made from files) and its UEFI firmware.
   command -v mkfs.vfat >/dev/null 2>&1 || need_apt+=(dosfstools)
   command -v mcopy >/dev/null 2>&1 || need_apt+=(mtools)
@@ -31,7 +32,13 @@ if ((${#need_apt[@]})); then
   fi
   echo "bootstrap: installing ${need_apt[*]} with apt-get (once; a minute or two)" >&2
   apt-get update -qq
+  # sort -u: qemu-utils may be named twice above.
+  mapfile -t need_apt < <(printf '%s\n' "${need_apt[@]}" | sort -u)
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if [ "${PROVISION_LONG:-}" = 1 ] && ! command -v qemu-img >/dev/null 2>&1; then
+  echo "bootstrap: qemu-img is still missing after the install (apt-get install qemu-utils, then run again)" >&2
+  exit 3
 fi
 
 if ! docker info >/dev/null 2>&1; then
