@@ -192,17 +192,22 @@ def stop(lookup: Callable[[], set[int]], *, first: int = signal.SIGTERM, grace: 
 
 # --- running a command ------------------------------------------------------------------------------------------
 
-# The Debian package that carries a tool whose name is not its package's, for the one-line "not installed" error.
-TOOL_PACKAGES = {"docker": "docker.io", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
-                 "qemu-img": "qemu-utils", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs",
-                 "mkfs.vfat": "dosfstools", "mcopy": "mtools", "mmd": "mtools", "sfdisk": "fdisk"}
+@functools.cache
+def tool_packages() -> dict[str, str]:
+    """tool -> the Debian package that carries it, where the names differ (data/tools.yaml)."""
+    import yaml  # read only when a tool is missing: not on the path of a command that finds its tools
+
+    from provision.resources import data_dir
+
+    rows = yaml.safe_load((data_dir() / "tools.yaml").read_text())["tools"]
+    return {row["tool"]: row["package"] for row in rows}
 
 
 def missing_tool(tool: str, what: str | None = None) -> RunnerError:
     """The one-line error (exit 3) for an external program that is not installed or not on PATH."""
     name = Path(tool).name
     return RunnerError((f"{what}: " if what else "") + f"'{name}' is not installed or not on PATH "
-                       f"(apt-get install {TOOL_PACKAGES.get(name, name)})")
+                       f"(apt-get install {tool_packages().get(name, name)})")
 
 
 def _not_found(exc: FileNotFoundError, cmd: list[str], what: str | None = None) -> RunnerError:

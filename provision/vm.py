@@ -43,7 +43,7 @@ from typing import Any
 
 from provision import sandbox
 from provision.errors import RunnerError, UsageError
-from provision.procs import run_tool, run_tool_streamed
+from provision.procs import run_tool, run_tool_streamed, tool_packages
 from provision.state import cache_root
 
 VM_RECIPE = "vm-2"  # bump when the guest's recipe changes: an older base is rebuilt
@@ -76,8 +76,8 @@ VM_TOOLS = ("qemu-system-x86_64", "qemu-img", "mkfs.ext4", "debootstrap", "mkfs.
 def _tools() -> None:
     missing = [tool for tool in VM_TOOLS if not shutil.which(tool)]
     if missing:
-        raise RunnerError(f"a VM sandbox needs {', '.join(missing)}: apt-get install qemu-system-x86 qemu-utils "
-                          "e2fsprogs debootstrap dosfstools mtools fdisk")
+        packages = sorted({tool_packages().get(tool, tool) for tool in missing})
+        raise RunnerError(f"a VM sandbox needs {', '.join(missing)}: apt-get install {' '.join(packages)}")
 
 
 def _firmware(firmware: str) -> tuple[str, str] | None:

@@ -77,12 +77,13 @@ def test_without_ssh_waiting_for_a_sandbox_is_one_runner_error(bare: dict[str, s
                                     "(apt-get install openssh-client)"]
 
 
-@pytest.mark.parametrize("tool", ["qemu-img", "ssh-keygen"])
-def test_run_tool_names_the_missing_program_and_its_package(bare: dict[str, str], tool: str) -> None:
+@pytest.mark.parametrize(("tool", "package"), [("qemu-img", "qemu-utils"), ("ssh-keygen", "openssh-client"),
+                                               ("debootstrap", "debootstrap")])
+def test_run_tool_names_the_missing_program_and_its_package(bare: dict[str, str], tool: str, package: str) -> None:
     with pytest.raises(RunnerError) as caught:
         procs.run_tool([tool, "--version"], "make something")
     assert caught.value.lines() == [f"make something: '{tool}' is not installed or not on PATH "
-                                    f"(apt-get install {procs.TOOL_PACKAGES[tool]})"]
+                                    f"(apt-get install {package})"]
 
 
 def test_procs_run_of_a_missing_program_is_a_runner_error(bare: dict[str, str]) -> None:

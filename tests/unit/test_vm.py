@@ -21,8 +21,12 @@ def test_a_vm_that_is_not_running_has_no_inventory_and_says_how_to_start_it(tmp_
 
 def test_missing_qemu_is_one_line_naming_the_packages(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(RunnerError, match=r"needs qemu-system-x86_64, qemu-img.*apt-get install qemu-system-x86 qemu-utils"):
+    with pytest.raises(RunnerError) as caught:
         vm.ensure_base("13")
+    # Every tool is missing with PATH empty: each named, and each package once (mtools carries mcopy and mmd).
+    assert caught.value.lines() == [
+        "a VM sandbox needs qemu-system-x86_64, qemu-img, mkfs.ext4, debootstrap, mkfs.vfat, mcopy, mmd, sfdisk: "
+        "apt-get install debootstrap dosfstools e2fsprogs fdisk mtools qemu-system-x86 qemu-utils"]
 
 
 def test_an_unknown_release_is_refused():
