@@ -1,0 +1,83 @@
+#!/usr/bin/python
+"""Install python3-apt, the bindings Ansible's apt module needs, where dpkg does not have it: the one home of a
+prerequisite every provision role that installs with apt owns (nvidia_driver, cuda, cudnn, python_env, jupyter).
+
+A stock Debian has no python3-apt. ansible.builtin.apt tries to install it itself, but not in check mode, and on a
+stock Debian 13 that attempt failed ("Could not import the python3-apt module"), so each role calls this first.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: provision_python_apt
+short_description: Install python3-apt with apt-get where dpkg does not have it
+description:
+  - Asks dpkg whether C(python3-apt) is installed (C(ii)). If it is, nothing is done.
+  - Otherwise refreshes apt's lists (a fresh install's lists are as old as the install, or absent, so the version
+    they name may be gone) and installs C(python3-apt) without recommends.
+  - C(DPkg::Lock::Timeout) covers dpkg's lock only; apt takes the archives and lists locks without waiting, so a
+    run racing another apt (or a container sharing the archive cache) is tried again every 10 seconds within the
+    same time budget, O(lock_timeout).
+  - In check mode nothing is run; the result says whether an apply would install it (RV(changed)).
+options:
+  lock_timeout:
+    description: Seconds to wait, in all, for apt's and dpkg's locks.
+    type: int
+    default: 300
+"""
+
+RETURN = r"""
+installed_before:
+  description: Whether dpkg had python3-apt installed when the module started.
+  type: bool
+  returned: always
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+LOCKED = "Could not get lock"
+RETRY_S = 10
+
+
+def installed(module: AnsibleModule) -> bool:
+    rc, out, _ = module.run_command(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "python3-apt"])
+    return rc == 0 and out.startswith("ii")
+
+
+def apt_get(module: AnsibleModule, args: list[str], deadline: float) -> None:
+    """Run apt-get with the lock budget that is left; again on a lock held by another apt until the deadline."""
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        cmd = ["apt-get", "-o", f"DPkg::Lock::Timeout={left}", *args]
+        rc, out, err = module.run_command(cmd, environ_update=env)
+        if rc == 0:
+            return
+        if LOCKED in err and time.monotonic() + RETRY_S < deadline:
+            time.sleep(RETRY_S)
+            continue
+        module.fail_json(msg=f"`apt-get {' '.join(args)}` failed (exit {rc}) while installing python3-apt, which "
+                             f"Ansible's apt module needs: {(err or out).strip()[-1500:]}",
+                         rc=rc, stdout=out, stderr=err)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec={"lock_timeout": {"type": "int", "default": 300}}, supports_check_mode=True)
+    before = installed(module)
+    if before or module.check_mode:
+        module.exit_json(changed=not before, installed_before=before)
+    lock_timeout = module.params["lock_timeout"]
+    deadline = time.monotonic() + lock_timeout
+    apt_get(module, ["update"], deadline)
+    apt_get(module, ["install", "-y", "--no-install-recommends", "python3-apt"], deadline)
+    if not installed(module):
+        module.fail_json(msg="apt-get installed python3-apt, but dpkg does not list it as installed (dpkg-query -W "
+                             "python3-apt): run `sudo apt-get install python3-apt` on the host and read its output")
+    module.exit_json(changed=True, installed_before=False)
+
+
+if __name__ == "__main__":
+    main()
