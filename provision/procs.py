@@ -35,7 +35,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from provision.errors import EXIT_INPUT, ProvisionError, RunnerError
+from provision.resources import data_dir
 
 TAG_VAR = "PROVISION_PROCESS_TAG"
 TERM_GRACE = 5.0  # seconds a process gets after SIGTERM before SIGKILL
@@ -195,10 +198,6 @@ def stop(lookup: Callable[[], set[int]], *, first: int = signal.SIGTERM, grace: 
 @functools.cache
 def tool_packages() -> dict[str, str]:
     """tool -> the Debian package that carries it, where the names differ (data/tools.yaml)."""
-    import yaml  # read only when a tool is missing: not on the path of a command that finds its tools
-
-    from provision.resources import data_dir
-
     rows = yaml.safe_load((data_dir() / "tools.yaml").read_text())["tools"]
     return {row["tool"]: row["package"] for row in rows}
 
