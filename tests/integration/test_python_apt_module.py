@@ -57,16 +57,24 @@ def dpkg_status(package: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def hold_lists_lock(seconds: int) -> tuple[subprocess.Popen, str]:
-    """apt's lists lock taken as apt takes it (fcntl), by a process in the host, for `seconds`."""
+def module_beside_a_lists_lock(inventory: Path, held_s: int, lock_timeout: int) -> tuple[int, dict, float]:
+    """The module run while a process in the host holds apt's lists lock as apt takes it (fcntl) for `held_s`:
+    its exit code, its result and how long it took."""
     holder = subprocess.Popen(
         ["docker", "exec", NAME, "python3", "-c",
          "import fcntl, os, time; f = open('/var/lib/apt/lists/lock', 'w'); fcntl.lockf(f, fcntl.LOCK_EX); "
-         f"print(os.getpid(), flush=True); time.sleep({seconds})"],
+         f"print(os.getpid(), flush=True); time.sleep({held_s})"],
         stdout=subprocess.PIPE, text=True)
     pid = holder.stdout.readline().strip()
-    assert pid.isdigit(), "the lock holder did not start"
-    return holder, pid
+    try:
+        assert pid.isdigit(), "the lock holder did not start"
+        started = time.monotonic()
+        code, result = module(inventory, lock_timeout)
+        return code, result, time.monotonic() - started
+    finally:
+        if pid.isdigit():
+            subprocess.run(["docker", "exec", NAME, "kill", pid], capture_output=True)
+        holder.wait(timeout=30)
 
 
 def test_the_host_is_stock_and_a_dry_run_predicts_the_install_without_making_it(host):
@@ -77,14 +85,7 @@ def test_the_host_is_stock_and_a_dry_run_predicts_the_install_without_making_it(
 
 
 def test_a_lists_lock_held_past_the_budget_is_one_failure_naming_the_lock(host):
-    holder, pid = hold_lists_lock(120)
-    try:
-        started = time.monotonic()
-        code, result = module(host, 5)
-        elapsed = time.monotonic() - started
-    finally:
-        subprocess.run(["docker", "exec", NAME, "kill", pid], capture_output=True)
-        holder.wait(timeout=30)
+    code, result, elapsed = module_beside_a_lists_lock(host, held_s=120, lock_timeout=5)
     assert code != 0, result  # the one-line output drops `failed`; ansible exits 2 for a failed host
     assert "apt-get update" in result["msg"] and "Could not get lock" in result["msg"], result["msg"]
     assert elapsed < 60, "the module waited far longer than its lock_timeout"
@@ -92,14 +93,7 @@ def test_a_lists_lock_held_past_the_budget_is_one_failure_naming_the_lock(host):
 
 
 def test_a_lock_released_within_the_budget_is_waited_for_then_python3_apt_is_installed(host):
-    holder, pid = hold_lists_lock(15)
-    try:
-        started = time.monotonic()
-        code, result = module(host, 300)
-        elapsed = time.monotonic() - started
-    finally:
-        subprocess.run(["docker", "exec", NAME, "kill", pid], capture_output=True)
-        holder.wait(timeout=30)
+    code, result, elapsed = module_beside_a_lists_lock(host, held_s=15, lock_timeout=300)
     assert code == 0 and result["changed"] is True, result
     assert elapsed >= 10, "the lock was held for 15 s: the module cannot have run apt-get update sooner"
     assert dpkg_status("python3-apt") == "ii"
