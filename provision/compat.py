@@ -34,11 +34,13 @@ class GPU(_Row):
     cc: str
     segment: Literal["geforce", "datacenter", "tegra"]
     memory_gb: float
-    bandwidth_gbps: float
-    fp32_tflops: float
+    # None only in the row made for a GPU a profile describes (resolver.entry.described_gpu); every row of
+    # data/gpus.yaml has them (tests/data).
+    bandwidth_gbps: float | None
+    fp32_tflops: float | None
     fp16_tflops: float | None
     fp64_tflops: float | None
-    tdp_w: float
+    tdp_w: float | None
     cores: int | None = None  # CUDA cores: with boost_mhz, the FP32 peak is cores x boost x 2 (tests/data checks it)
     boost_mhz: float | None = None
     nvswitch_gpus: int | None = None  # GPUs on the vendor's NVSwitch baseboard (HGX/DGX): Fabric Manager at that count
@@ -50,6 +52,11 @@ class GPU(_Row):
     @property
     def tegra(self) -> bool:
         return self.segment == "tegra"
+
+
+class Architecture(_Row):
+    name: str
+    cc: tuple[str, ...]
 
 
 class Toolkit(_Row):
@@ -290,6 +297,7 @@ class CompatDB(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     gpus: tuple[GPU, ...] = ()
+    architectures: tuple[Architecture, ...] = ()
     toolkits: tuple[Toolkit, ...] = ()
     mvc: tuple[MVC, ...] = ()
     branches: tuple[Branch, ...] = ()
@@ -323,6 +331,9 @@ class CompatDB(BaseModel):
             if key == _norm(g.model) or key in (_norm(a) for a in g.aliases):
                 return g
         return None
+
+    def architecture_of(self, cc: str) -> Architecture | None:
+        return next((a for a in self.architectures if cc in a.cc), None)
 
     def gpu_names(self) -> list[str]:
         return [g.model for g in self.gpus] + [a for g in self.gpus for a in g.aliases]
@@ -434,6 +445,7 @@ def _read_db(root: Path) -> CompatDB:
                           for row in cloud[provider]]
         return CompatDB(
             gpus=gpus["rows"],
+            architectures=gpus["architectures"],
             toolkits=cuda["toolkits"],
             mvc=cuda["minor_version_compat"],
             branches=drivers["branches"],

@@ -14,7 +14,7 @@ class CostLine:
     gpu: str
     count: int
     vram_gb: float
-    fp32_tflops: float
+    fp32_tflops: float | None  # None: a GPU the profile described without its peak
     purchase_usd: float | None
     power_w: float | None
     own_usd_hr: float | None  # electricity only, once bought
@@ -38,7 +38,7 @@ def cost_line(profile: Profile, plan: Plan, db: CompatDB) -> CostLine:
         gpu=plan.gpu.model,
         count=plan.gpu.count,
         vram_gb=plan.gpu.memory_gb * plan.gpu.count,
-        fp32_tflops=plan.gpu.fp32_tflops * plan.gpu.count,
+        fp32_tflops=None if plan.gpu.fp32_tflops is None else plan.gpu.fp32_tflops * plan.gpu.count,
         purchase_usd=cost.purchase_usd,
         power_w=cost.power_w,
         own_usd_hr=own,
@@ -51,6 +51,8 @@ def comparable(owned: CostLine, rented: CostLine, within: float) -> str | None:
     """Why two machines are not like for like (GPU memory or FP32 rate more than `within` times apart), or None."""
     for what, a, b, unit in (("GPU memory", owned.vram_gb, rented.vram_gb, "GB"),
                              ("FP32 rate", owned.fp32_tflops, rented.fp32_tflops, "TFLOPS")):
+        if a is None or b is None:
+            return f"{what} of {owned.gpu if a is None else rented.gpu} is not known (give hardware.gpu.fp32_tflops in its profile)"
         if a <= 0 or b <= 0 or max(a, b) / min(a, b) > within:
             return f"{what} {a:g} vs {b:g} {unit} differ by more than {within:g}x"
     return None

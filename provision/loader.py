@@ -35,7 +35,7 @@ from yaml.resolver import Resolver
 from provision import plan_rules
 from provision.compat import CompatDB
 from provision.errors import Problem, ProfileError, show
-from provision.models import IndexURL, Plan, Profile
+from provision.models import GPUSpec, IndexURL, Plan, Profile
 from provision.plan_rules import dotted
 
 MAX_BYTES = 1024 * 1024  # a profile is a page of YAML; anything near this is not one
@@ -395,14 +395,10 @@ def _check_against_db(profile: Profile, doc: _Doc, db: CompatDB) -> None:
         line, col = _pos_for(doc, path) or (None, None)
         problems.append(Problem(message, file=doc.file, line=line, column=col, field=dotted(path), hint=hint))
 
-    gpu_name = profile.hardware.gpu.model
-    if db.gpu(gpu_name) is None:
-        close = difflib.get_close_matches(gpu_name, db.gpu_names(), n=1, cutoff=0.5)
-        add(
-            ("hardware", "gpu", "model"),
-            f"unknown GPU '{gpu_name}'",
-            f"did you mean '{close[0]}'?" if close else "`provision gpus` lists the known GPUs",
-        )
+    specs: list[tuple[Path_, GPUSpec]] = [(("hardware", "gpu"), profile.hardware.gpu)]
+    specs += [(("hardware", "extra_gpus", i), s) for i, s in enumerate(profile.hardware.extra_gpus)]
+    for at, spec in specs:
+        _check_gpu(spec, at, db, add)
     os_id = f"{profile.target.os.distribution}-{profile.target.os.release}"
     if profile.target.kind not in ("colab", "jetson") and db.system(os_id) is None:
         known = ", ".join(s.os_id for s in db.systems)
@@ -420,6 +416,39 @@ def _check_against_db(profile: Profile, doc: _Doc, db: CompatDB) -> None:
         add(("target", "jetpack"), f"unknown JetPack release '{profile.target.jetpack}'", f"known: {known}")
     if problems:
         raise ProfileError(problems)
+
+
+def _check_gpu(spec: GPUSpec, at: Path_, db: CompatDB, add) -> None:
+    """A listed GPU is the database's row (a description given beside it must agree); an unlisted one is planned
+    from its compute capability and memory, which the profile must then give."""
+    row = db.gpu(spec.model)
+    if row is None and not spec.described():
+        close = difflib.get_close_matches(spec.model, db.gpu_names(), n=1, cutoff=0.5)
+        describe = (f"if `provision gpus` does not list yours, describe it: {dotted(at)}.compute_capability "
+                    "(`nvidia-smi --query-gpu=compute_cap --format=csv,noheader`) and "
+                    f"{dotted(at)}.memory_gb")
+        add((*at, "model"), f"unknown GPU '{spec.model}'",
+            (f"did you mean '{close[0]}'? " if close else "") + describe)
+        return
+    if row is None:
+        cc = spec.compute_capability
+        assert cc is not None  # described() above
+        if db.architecture_of(cc) is None:
+            known = ", ".join(f"{a.name} {'/'.join(a.cc)}" for a in db.architectures)
+            add((*at, "compute_capability"), f"compute capability {cc} is not one of an NVIDIA architecture's",
+                f"check it with `nvidia-smi --query-gpu=compute_cap --format=csv,noheader`; known: {known}")
+        if spec.memory_gb is None:
+            add((*at, "memory_gb"), f"'{spec.model}' is not in the database, so its memory is needed",
+                f"set {dotted(at)}.memory_gb: `nvidia-smi --query-gpu=memory.total --format=csv` prints it")
+        return
+    given = {"compute_capability": (spec.compute_capability, row.cc), "memory_gb": (spec.memory_gb, row.memory_gb),
+             "bandwidth_gbps": (spec.bandwidth_gbps, row.bandwidth_gbps),
+             "fp32_tflops": (spec.fp32_tflops, row.fp32_tflops)}
+    for key, (mine, theirs) in given.items():
+        if mine is not None and mine != theirs:
+            add((*at, key), f"{row.model} has {key} {theirs} in the database ({row.source}), the profile says {mine}",
+                f"remove {dotted(at)}.{key}: a listed GPU's figures come from the database; or name the model "
+                "you have")
 
 
 _KINDS = (

@@ -34,6 +34,7 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,6
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()+/-]{0,79}$")]
 Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}$")]
 UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
+ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]$")]
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
 IndexName = Literal["pypi", "pytorch"]
 FrameworkName = Literal["pytorch", "tensorflow"]
@@ -56,6 +57,26 @@ class GPUSpec(_Strict):
         description="Number of GPUs of this model in the machine. Unset: 1, or what the cloud instance type has "
         "(a count that contradicts the instance type is refused).",
     )
+    # A GPU that `provision gpus` does not list (a laptop part, a rare workstation card) is planned from what the
+    # stack depends on: its compute capability. Given for a listed GPU, each must agree with the database's row.
+    compute_capability: ComputeCapability | None = Field(
+        None,
+        description="For a GPU `provision gpus` does not list: its compute capability, as "
+        "`nvidia-smi --query-gpu=compute_cap --format=csv,noheader` prints it (e.g. '8.6'). The driver, CUDA, "
+        "cuDNN and framework builds are chosen from it.",
+    )
+    memory_gb: float | None = Field(None, gt=0, le=1024, description="For an unlisted GPU: its memory in GB.")
+    bandwidth_gbps: float | None = Field(
+        None, gt=0, le=100_000, description="For an unlisted GPU, optional: peak memory bandwidth in GB/s (the "
+        "verifier reports its bandwidth as a percentage of it)."
+    )
+    fp32_tflops: float | None = Field(
+        None, gt=0, le=10_000, description="For an unlisted GPU, optional: FP32 peak in TFLOPS (the verifier reports "
+        "SGEMM as a percentage of it)."
+    )
+
+    def described(self) -> bool:
+        return self.compute_capability is not None
 
 
 class CPUSpec(_Strict):
@@ -233,8 +254,8 @@ class GPUPlan(_Frozen):
     sm: str  # "sm_61"
     count: int
     memory_gb: float
-    bandwidth_gbps: float
-    fp32_tflops: float
+    bandwidth_gbps: float | None  # None: a GPU the profile described, without its peaks
+    fp32_tflops: float | None
     fp16_tflops: float | None
     fp64_tflops: float | None
     tegra: bool

@@ -34,7 +34,16 @@ if ((${#need_apt[@]})); then
   apt-get update -qq
   # sort -u: qemu-utils may be named twice above.
   mapfile -t need_apt < <(printf '%s\n' "${need_apt[@]}" | sort -u)
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  allow=()
+  if printf '%s\n' "${need_apt[@]}" | grep -qx qemu-system-x86; then
+    # A qemu-utils newer than the emulator (a backport whose source is no longer listed, as on the machine image
+    # this is built on) Breaks Debian's qemu-system-common, and apt then refuses the whole install ("held broken
+    # packages"): ask for qemu-utils at the emulator's own version, which may be a downgrade.
+    qemu_version=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ {print $2}')
+    mapfile -t need_apt < <(printf '%s\n' "${need_apt[@]}" | sed "s/^qemu-utils\$/qemu-utils=$qemu_version/")
+    allow=(--allow-downgrades)
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${allow[@]}" "${need_apt[@]}" >/dev/null
 fi
 if [ "${PROVISION_LONG:-}" = 1 ] && ! command -v qemu-img >/dev/null 2>&1; then
   echo "bootstrap: qemu-img is still missing after the install (apt-get install qemu-utils, then run again)" >&2

@@ -62,11 +62,13 @@ def index_reason(ctx: Ctx, plans: tuple[IndexPlan, ...]) -> None:
 def warn_hardware(ctx: Ctx) -> None:
     gpu, policy = ctx.gpu, ctx.db.policy
     assert policy is not None  # load_db always reads data/policy.yaml
-    if gpu.fp16_tflops is None:
+    if gpu.confidence == "described":
+        pass  # its FP16 rate is not known: the table's rows are what these warnings rest on
+    elif gpu.fp16_tflops is None:
         ctx.warnings.append(
             f"{gpu.model} ({gpu.arch}) has no native FP16 arithmetic: train in FP32; AMP/fp16 gives no speed-up"
         )
-    elif gpu.fp16_tflops / gpu.fp32_tflops < policy.fp16_slow_ratio:
+    elif gpu.fp32_tflops is not None and gpu.fp16_tflops / gpu.fp32_tflops < policy.fp16_slow_ratio:
         ratio = round(gpu.fp32_tflops / gpu.fp16_tflops)
         ctx.warnings.append(
             f"FP16/AMP on {gpu.sm} ({gpu.model}) runs at 1/{ratio} of the FP32 rate ({gpu.fp16_tflops:g} vs "

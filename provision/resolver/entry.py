@@ -9,7 +9,17 @@ from typing import cast
 
 from provision.compat import GPU, CompatDB
 from provision.errors import IncompatibleError
-from provision.models import CPUPlan, FrameworkName, FrameworkRequest, GPUPlan, Plan, Profile, Reason, TargetPlan
+from provision.models import (
+    CPUPlan,
+    FrameworkName,
+    FrameworkRequest,
+    GPUPlan,
+    GPUSpec,
+    Plan,
+    Profile,
+    Reason,
+    TargetPlan,
+)
 from provision.resolver.colab import resolve_colab
 from provision.resolver.common import (
     image_plan,
@@ -33,15 +43,36 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
     specs = [profile.hardware.gpu, *profile.hardware.extra_gpus]
     gpus = []
     for spec in specs:
-        g = db.gpu(spec.model)
+        g = db.gpu(spec.model) or described_gpu(spec, db)
         if g is None:
-            raise IncompatibleError(f"unknown GPU '{spec.model}'", where=profile.name)
+            raise IncompatibleError(
+                f"unknown GPU '{spec.model}'",
+                alternatives=["a model `provision gpus` lists", "describe it: hardware.gpu.compute_capability and "
+                              "hardware.gpu.memory_gb"],
+                where=profile.name,
+            )
         gpus.append(g)
     count, interconnect, inst_reason = _count_and_interconnect(profile, db, gpus[0])
     if len({g.model for g in gpus}) == 1:
         total = count if len(specs) == 1 else sum(s.count or 1 for s in specs)
         return _resolve_one(profile, db, gpus[0], total, interconnect, inst_reason, profile_path)
     return _resolve_mixed(profile, db, list(zip(specs, gpus, strict=True)), profile_path)
+
+
+def described_gpu(spec: GPUSpec, db: CompatDB) -> GPU | None:
+    """The row for a GPU the database does not list, from what the profile says of it: the architecture follows
+    from the compute capability; peaks it does not give stay unknown (the verifier then reports figures without a
+    percentage). None when the profile does not describe it, or describes it with a compute capability that no
+    architecture has (the loader says which)."""
+    arch = db.architecture_of(spec.compute_capability) if spec.compute_capability else None
+    if arch is None or spec.compute_capability is None or spec.memory_gb is None:
+        return None
+    return GPU(
+        model=spec.model, arch=arch.name, chip="unlisted", cc=spec.compute_capability, segment="geforce",
+        memory_gb=spec.memory_gb, bandwidth_gbps=spec.bandwidth_gbps, fp32_tflops=spec.fp32_tflops,
+        fp16_tflops=None, fp64_tflops=None, tdp_w=None, confidence="described",
+        source="the profile's description (hardware.gpu)", checked="-",
+    )
 
 
 def _count_and_interconnect(profile: Profile, db: CompatDB, gpu: GPU) -> tuple[int, Interconnect, Reason | None]:
@@ -215,12 +246,28 @@ def _resolve_one(
             where=profile.name,
         )
 
-    ctx.reason(
-        "gpu",
-        f"{gpu.model}: {gpu.arch} {gpu.chip}, compute capability {gpu.cc} ({gpu.sm})",
-        f"{gpu.memory_gb:g} GB, {gpu.bandwidth_gbps:g} GB/s, {gpu.fp32_tflops:g} TFLOPS FP32 peak",
-        gpu.source,
+    peaks = ", ".join(
+        f"{value:g} {unit}" if value is not None else f"{unit} unknown"
+        for value, unit in ((gpu.bandwidth_gbps, "GB/s"), (gpu.fp32_tflops, "TFLOPS FP32 peak"))
     )
+    if gpu.confidence == "described":
+        ctx.reason(
+            "gpu",
+            f"{gpu.model}: {gpu.arch}, compute capability {gpu.cc} ({gpu.sm}), as the profile describes it",
+            f"not in the database: the stack follows from the compute capability; {gpu.memory_gb:g} GB, {peaks}",
+            arch.source if (arch := db.architecture_of(gpu.cc)) else gpu.source,
+        )
+        ctx.warnings.append(
+            f"{gpu.model} is not in provision's GPU table: the plan rests on the compute capability the profile gives "
+            f"({gpu.cc}, {gpu.arch}); `provision verify` on the machine checks it against the device"
+        )
+    else:
+        ctx.reason(
+            "gpu",
+            f"{gpu.model}: {gpu.arch} {gpu.chip}, compute capability {gpu.cc} ({gpu.sm})",
+            f"{gpu.memory_gb:g} GB, {peaks}",
+            gpu.source,
+        )
     if inst_reason is not None:
         ctx.reasons.append(inst_reason)
     index_reason(ctx, index_plans)

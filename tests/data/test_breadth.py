@@ -13,24 +13,17 @@ from packaging.version import Version
 from provision.compat import load_db
 
 DB = load_db()
-# Compute capabilities each architecture name may carry (CUDA C++ Programming Guide, compute capabilities table).
-ARCH_CC = {
-    "Kepler": {"3.0", "3.2", "3.5", "3.7"},
-    "Maxwell": {"5.0", "5.2", "5.3"},
-    "Pascal": {"6.0", "6.1", "6.2"},
-    "Volta": {"7.0", "7.2"},
-    "Turing": {"7.5"},
-    "Ampere": {"8.0", "8.6", "8.7"},
-    "Ada": {"8.9"},
-    "Hopper": {"9.0"},
-    "Blackwell": {"10.0", "10.3", "11.0", "12.0", "12.1"},
-}
+# Compute capabilities each architecture name may carry: data/gpus.yaml's `architectures` (the CUDA C++ Programming
+# Guide's table), the same table a described GPU is planned from.
+ARCH_CC = {a.name: set(a.cc) for a in DB.architectures}
 FP16_RATIOS = (1 / 64, 1.0, 2.0, 4.0)
 
 
 @pytest.mark.parametrize("gpu", DB.gpus, ids=lambda g: g.model)
 def test_gpu_row_arithmetic(gpu):
     assert gpu.cc in ARCH_CC[gpu.arch], f"{gpu.model}: cc {gpu.cc} is not a {gpu.arch} compute capability"
+    # Every row of the table has its peaks (None is only for a GPU a profile describes).
+    assert gpu.bandwidth_gbps is not None and gpu.fp32_tflops is not None and gpu.tdp_w is not None, gpu.model
     assert gpu.memory_gb > 0 and gpu.bandwidth_gbps > 0 and gpu.tdp_w > 0
     if gpu.cores is not None:
         assert gpu.boost_mhz, f"{gpu.model}: cores without a clock"
@@ -44,6 +37,14 @@ def test_gpu_row_arithmetic(gpu):
     if gpu.fp64_tflops is not None:
         assert gpu.fp64_tflops <= gpu.fp32_tflops
     assert any(gpu.cc.replace(".", "") == str(sm) for t in DB.toolkits for sm in t.sm), f"no toolkit builds {gpu.sm}"
+
+
+def test_the_architecture_table_is_the_cuda_guide_s():
+    # Pinned: a compute capability moved to another architecture would re-plan every described GPU.
+    assert ARCH_CC["Pascal"] == {"6.0", "6.1", "6.2"} and ARCH_CC["Turing"] == {"7.5"} and ARCH_CC["Ada"] == {"8.9"}
+    ccs = [cc for a in DB.architectures for cc in a.cc]
+    assert len(ccs) == len(set(ccs)), "a compute capability listed under two architectures"
+    assert {g.arch for g in DB.gpus} <= ARCH_CC.keys()
 
 
 def test_gpu_names_and_aliases_are_unique():
