@@ -634,6 +634,11 @@ def sandbox_up(
         return
     if firmware != "direct":
         raise UsageError(f"--firmware {firmware} is for --vm hosts: a container has no firmware of its own")
+    for name in names:
+        if sandbox.is_running(name):
+            # `up` always gives a stock host: say so before what was applied to the old one is gone.
+            err.print(f"{name}: replacing the running sandbox of this name with a fresh stock host (what was applied "
+                      "to it is gone; `provision apply --sandbox NAME` reuses a running one)", markup=False)
     with _Activity(err, f"starting {len(names)} sandbox(es)") as activity:
         started = sandbox.start_fleet(names, release, log=activity.log, progress=activity.update)
     hostvars = {n: {"provision_os": os_name, **({"provision_profile": profile} if profile else {})} for n in names}
