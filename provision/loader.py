@@ -52,6 +52,7 @@ class _Doc:
     def __init__(self, file: str) -> None:
         self.file = file
         self.positions: dict[Path_, Pos] = {}
+        self.keys: dict[Path_, Pos] = {}  # path -> where its key is written (an unknown key is pointed at there)
         self.sources: dict[Path_, tuple[str, str]] = {}  # path -> (the scalar as written, its quoting style)
         self.problems: list[Problem] = []
         self.nodes = 0
@@ -191,6 +192,7 @@ def _compose(loader: Any, doc: _Doc) -> Any:
                 frame[4] = True
             else:
                 doc.positions[(*frame[1], key)] = pos
+                doc.keys[(*frame[1], key)] = pos
             frame[5].add(key)
             frame[2] = key
             continue
@@ -380,7 +382,9 @@ def validate_data(data: Any, doc: _Doc, db: CompatDB | None) -> Profile:
         for err in exc.errors(include_url=False):
             loc = tuple(err["loc"])
             message, hint = _message(err, doc)
-            line, col = _pos_for(doc, loc) or (None, None)
+            # An unknown key is the key's fault, not its value's: point at the key.
+            at = doc.keys.get(loc) if err["type"] == "extra_forbidden" else None
+            line, col = at or _pos_for(doc, loc) or (None, None)
             problems.append(Problem(message, file=file, line=line, column=col, field=dotted(loc) or None, hint=hint))
         raise ProfileError(problems) from None
     if db is not None:
