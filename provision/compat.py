@@ -44,6 +44,7 @@ class GPU(_Row):
     cores: int | None = None  # CUDA cores: with boost_mhz, the FP32 peak is cores x boost x 2 (tests/data checks it)
     boost_mhz: float | None = None
     nvswitch_gpus: int | None = None  # GPUs on the vendor's NVSwitch baseboard (HGX/DGX): Fabric Manager at that count
+    kernel_modules: tuple[KernelModule, ...] | None = None  # narrower than its architecture's (GH200: open only)
 
     @property
     def sm(self) -> str:
@@ -54,9 +55,13 @@ class GPU(_Row):
         return self.segment == "tegra"
 
 
+KernelModule = Literal["proprietary", "open"]
+
+
 class Architecture(_Row):
     name: str
     cc: tuple[str, ...]
+    kernel_modules: tuple[KernelModule, ...]  # the driver's module flavours that drive it (data/gpus.yaml)
 
 
 class Toolkit(_Row):
@@ -129,7 +134,7 @@ class DriverPkg(BaseModel):
     branch: str
     source: str
     version: str | None
-    kernel_module: Literal["proprietary", "open"]
+    kernel_module: KernelModule
     segment: Literal["geforce", "datacenter"] | None = None  # None: the same packages for every GPU
     packages: tuple[str, ...]
     userspace_packages: tuple[str, ...]
@@ -334,6 +339,13 @@ class CompatDB(BaseModel):
 
     def architecture_of(self, cc: str) -> Architecture | None:
         return next((a for a in self.architectures if cc in a.cc), None)
+
+    def kernel_modules(self, gpu: GPU) -> tuple[KernelModule, ...]:
+        """The driver's kernel-module flavours that drive this GPU: its row's, else its architecture's."""
+        if gpu.kernel_modules is not None:
+            return gpu.kernel_modules
+        arch = self.architecture_of(gpu.cc)
+        return arch.kernel_modules if arch is not None else ("proprietary", "open")
 
     def gpu_names(self) -> list[str]:
         return [g.model for g in self.gpus] + [a for g in self.gpus for a in g.aliases]

@@ -19,9 +19,12 @@ from provision.versions import V, major
 def driver_candidates(ctx: Ctx) -> list[tuple[Branch, DriverPkg]]:
     """(branch row, package row) pairs the OS offers for this GPU, newest first."""
     db, gpu = ctx.db, ctx.gpu
+    flavours = db.kernel_modules(gpu)
     out = []
     for pkg in db.drivers:
         if pkg.os_id != ctx.os_id or (pkg.segment not in (None, gpu.segment)):
+            continue
+        if pkg.kernel_module not in flavours:  # Blackwell and Grace Hopper: open only; before Turing: proprietary
             continue
         branch = db.branch(pkg.branch)
         if branch is None or not branch.drives(gpu):
@@ -80,6 +83,20 @@ def refuse_no_driver(ctx: Ctx) -> IncompatibleError:
             ],
             where=ctx.where,
         )
+    flavours = db.kernel_modules(gpu)
+    if flavours == ("open",):
+        # Branches the OS has for the GPU, but only with the proprietary modules: say that, not "no branch".
+        closed = sorted({p.branch for p in db.drivers if p.os_id == ctx.os_id and p.branch in {b.branch for b in driving}
+                         and p.kernel_module == "proprietary"})
+        offered = sorted({p.os_id for p in db.drivers if p.branch in {b.branch for b in driving}
+                          and p.kernel_module == "open" and p.segment in (None, gpu.segment)})
+        if closed:
+            return IncompatibleError(
+                f"{gpu.model} ({gpu.arch}) runs only on NVIDIA's open kernel modules, and {ctx.os_id} packages "
+                f"{', '.join('R' + b for b in closed)} for it with the proprietary ones only",
+                alternatives=[f"an OS that packages the open modules of {spans}: {', '.join(offered) or 'none known'}"],
+                where=ctx.where,
+            )
     return IncompatibleError(
         f"{ctx.os_id} offers no driver branch that drives {gpu.model} ({gpu.arch}, compute capability {gpu.cc}); "
         f"it needs one of {spans}",
@@ -175,7 +192,7 @@ def driver_plan(ctx: Ctx, branch: Branch, pkg: DriverPkg, drivers: list[tuple[Br
     """The chosen branch as installed: its packages, Fabric Manager where NVSwitch needs it, and the lowest driver
     version the planned CUDA runs on (natively, or through minor-version compatibility)."""
     db, gpu, sw = ctx.db, ctx.gpu, ctx.profile.software
-    others = [f"R{b.branch}" for b, _ in drivers if b.branch != branch.branch]
+    others = list(dict.fromkeys(f"R{b.branch}" for b, _ in drivers if b.branch != branch.branch))  # a branch once
     driving = [b for b in db.branches if b.drives(gpu)]
     last = max(driving, key=lambda b: V(b.branch))
     why = (
