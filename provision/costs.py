@@ -71,10 +71,12 @@ def compare_pairs(lines: list[CostLine], within: float, horizon_h: float) -> lis
             if unlike:
                 verdict = f"owning {o.profile} is not compared with renting {r.profile}: {unlike}"
             elif hours is None:
-                verdict = f"no break-even: owning {o.profile} never beats renting {r.profile} (rent is below the power bill)"
+                verdict = (f"no break-even: owning {o.profile} never beats renting {r.profile} (renting costs no more "
+                           "per hour than owning's power)")
             elif hours > horizon_h:
-                verdict = (f"no break-even within {horizon_h:,.0f} h of use: owning {o.profile} would need {hours:,.0f} h "
-                           f"to cost less than renting {r.profile}")
+                verdict = (f"no break-even within {horizon_h:,.0f} h ({horizon_h / 8760:g} years of 24 h use): renting "
+                           f"{r.profile} costs only ${r.rent_usd_hr - (o.own_usd_hr or 0.0):.3f}/h more than owning "
+                           f"{o.profile}'s power")
                 hours = None
             else:
                 verdict = (f"after {hours:,.0f} h ({hours / 24:,.0f} days of 24 h use) owning {o.profile} costs less "

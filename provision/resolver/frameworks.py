@@ -91,7 +91,9 @@ def fw_problem(ctx: Ctx, fw: Fw, req: FrameworkRequest) -> str | None:
         return f"{fw.name} {fw.version} is not the pinned {req.version}"
     row = fw.row
     if isinstance(row, TFRow):
-        missing = [f for f in row.cpu_flags if f not in cpu.flags]
+        # The wheels' instruction-set flags are x86's (AVX, AVX2): an aarch64 CPU has none of them and needs none.
+        x86 = ctx.profile.target.arch == "x86_64"
+        missing = [f for f in row.cpu_flags if f not in cpu.flags] if x86 else []
         if missing:
             return (
                 f"TensorFlow {fw.version} wheels use {'/'.join(m.upper() for m in missing)}, which the "
@@ -164,7 +166,7 @@ def refuse_framework(ctx: Ctx, req: FrameworkRequest, cands: list[Fw]) -> Incomp
     alternatives = []
     if works and req.version:
         alternatives.append(f"{req.name} {works[0]} (drop or change the version pin)")
-    if req.name == "tensorflow" and "avx" not in ctx.profile.hardware.cpu.flags:
+    if req.name == "tensorflow" and ctx.profile.target.arch == "x86_64" and "avx" not in ctx.profile.hardware.cpu.flags:
         alternatives += [
             "PyTorch (its wheels pick CPU kernels at run time and run without AVX)",
             "TensorFlow built from source for this CPU",

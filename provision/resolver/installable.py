@@ -141,10 +141,12 @@ def _refuse_stack(ctx: Ctx, drivers: list[tuple[Branch, DriverPkg]], cudas: list
         )
     if fw_cands:
         fw = fw_cands[0][0]
+        needs = ", ".join(sorted({f.cuda for f in fw_cands[0]}, key=V))
         return IncompatibleError(
-            f"{fw.name} needs CUDA {', '.join(sorted({f.cuda for f in fw_cands[0]}, key=V))}, which the driver branches "
-            f"{ctx.os_id} offers for {gpu.model} ({branches}) cannot run together with CUDA pins {sw.cuda or 'none'}",
-            alternatives=["drop the software.cuda pin", "pin an older framework version"],
+            f"{fw.name} needs CUDA {needs}, which the driver branches {ctx.os_id} offers for {gpu.model} ({branches}) "
+            + (f"cannot run together with the pinned CUDA {sw.cuda}" if sw.cuda else "cannot run"),
+            alternatives=[*(["drop the software.cuda pin"] if sw.cuda else []), "pin an older framework version",
+                          "an OS whose driver branch runs CUDA " + needs],
             where=ctx.where,
         )
     return IncompatibleError(
