@@ -10,6 +10,7 @@ from provision.models import FrameworkPlan, Profile
 from provision.resolver.context import Ctx, LanePlans
 from provision.resolver.links import pin_matches, toolkit_builds
 from provision.resolver.stack import check_platform_pins, platform_plans
+from provision.versions import V
 
 
 def jetpack_target(profile: Profile, jp: JetPack | None, gpu: GPU, os_id: str) -> JetPack:
@@ -70,11 +71,14 @@ def resolve_jetson(ctx: Ctx, jp: JetPack) -> LanePlans:
     for req in sw.frameworks:
         rows = [r for r in db.jetson_torch if r.jetpack == jp.jetpack and pin_matches(req.version, r.version)]
         if req.name != "pytorch" or not rows:
+            # Only releases this module runs: a JetPack for another module is no way out.
+            mine = {j.jetpack for j in db.jetpack if gpu.model in j.modules}
+            with_torch = sorted({r.jetpack for r in db.jetson_torch if r.jetpack in mine}, key=V)
             raise IncompatibleError(
                 f"no {req.name} build for JetPack {jp.jetpack} in the database",
                 alternatives=[
                     "remove it from software.frameworks",
-                    "JetPack releases with PyTorch builds: " + ", ".join(sorted({r.jetpack for r in db.jetson_torch})),
+                    f"JetPack releases for {gpu.model} with PyTorch builds: " + (", ".join(with_torch) or "none"),
                 ],
                 where=ctx.where,
             )

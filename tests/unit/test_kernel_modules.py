@@ -50,27 +50,3 @@ def test_an_os_with_only_the_proprietary_modules_for_blackwell_is_refused_with_t
     assert "runs only on NVIDIA's open kernel modules" in exc.value.message
     assert "with the proprietary ones only" in exc.value.message
 
-
-# --- further findings of the same audit ------------------------------------------------------------------------------
-
-
-def test_tensorflow_on_aarch64_is_not_refused_for_lacking_x86_instruction_sets():
-    prof = profile({"model": "GH200"}, arch="aarch64", flags=("fp", "asimd"), frameworks=("tensorflow",))
-    with pytest.raises(IncompatibleError) as exc:
-        resolve(prof, DB)
-    text = exc.value.message + " ".join(exc.value.alternatives)
-    assert "AVX" not in text and "no aarch64 CUDA wheel" in text
-
-
-def test_a_framework_whose_cuda_no_offered_driver_runs_does_not_blame_a_cuda_pin_that_is_not_there():
-    prof = Profile.model_validate({
-        "name": "t",
-        "hardware": {"gpu": {"model": "H100 SXM5 80GB"}, "cpu": {"model": "CPU", "flags": ["avx", "avx2"]},
-                     "memory_gb": 64},
-        "target": {"kind": "baremetal", "os": {"distribution": "debian", "release": "13"}, "arch": "x86_64"},
-        "software": {"frameworks": [{"name": "pytorch", "version": "2.15"}]},
-    })
-    with pytest.raises(IncompatibleError) as exc:
-        resolve(prof, DB)
-    assert "cannot run" in exc.value.message and "pin" not in exc.value.message
-    assert "drop the software.cuda pin" not in exc.value.alternatives
