@@ -535,6 +535,10 @@ def load_profile(path: str | Path, *, os_override: str | None = None, db: Compat
                                     file=show(file, 300), hint="rename the file")])
     data, doc = parse_yaml(decode_text(read_bounded(path), file), file)
     _apply_os_override(data, os_override, file)
+    if os_override and db is not None and db.system(os_override) is None:
+        # The command line's word, not the file's line: the profile may well name a known OS.
+        known = ", ".join(s.os_id for s in db.systems)
+        raise ProfileError([Problem(f"--os {show(os_override, 40)}: no data for it", hint=f"supported: {known}")])
     _apply_index_overrides(data, indexes)  # --index NAME=URL|off: as if the profile said so
     return validate_data(data, doc, db)
 

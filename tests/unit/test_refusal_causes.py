@@ -54,3 +54,16 @@ def test_a_jetson_refusal_suggests_only_jetpack_releases_the_module_runs(model, 
     runs = {j.jetpack for j in DB.jetpack if model in j.modules}
     listed = offered.split(": ", 1)[1]
     assert listed == "none" or set(listed.split(", ")) <= runs
+
+
+def test_an_unknown_os_given_with_os_is_the_command_line_s_fault_not_the_file_s():
+    from pathlib import Path
+
+    from provision.errors import ProfileError
+    from provision.loader import load_profile
+
+    with pytest.raises(ProfileError) as exc:
+        load_profile(Path(__file__).resolve().parents[2] / "profiles" / "deskmini.yaml", os_override="debian-11", db=DB)
+    (p,) = exc.value.problems
+    assert p.message == "--os debian-11: no data for it" and p.file is None and p.line is None
+    assert "debian-13" in p.hint
