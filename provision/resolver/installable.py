@@ -130,9 +130,14 @@ def _refuse_stack(ctx: Ctx, drivers: list[tuple[Branch, DriverPkg]], cudas: list
         pin_rows = [c for c in db.cudnn if pin_matches(sw.cudnn, c.version)]
         span = "; ".join(f"cuDNN {c.version} supports CUDA {c.cuda_min}-{c.cuda_max}, cc {c.min_cc}-{c.max_cc}" for c in pin_rows)
         cuda_side = f"the pinned CUDA {sw.cuda}" if sw.cuda else f"CUDA {', '.join(stack_cudas)}"
+        # Name the link that breaks: the GPU (no CUDA helps) before the CUDA.
+        gpu_out = bool(pin_rows) and all(not V(c.min_cc) <= V(gpu.cc) <= V(c.max_cc) for c in pin_rows)
+        if gpu_out:
+            what = f"the pinned cuDNN {sw.cudnn} does not support {gpu.model} (cc {gpu.cc}), whatever the CUDA"
+        else:
+            what = f"the pinned cuDNN {sw.cudnn} does not fit {cuda_side} on {gpu.model} (cc {gpu.cc})"
         return IncompatibleError(
-            f"the pinned cuDNN {sw.cudnn} does not fit {cuda_side} on {gpu.model} (cc {gpu.cc})"
-            + (f": {span}" if span else ": it is not in the database"),
+            what + (f": {span}" if span else ": it is not in the database"),
             alternatives=[
                 f"cuDNN that fits {cuda_side} and cc {gpu.cc}: {', '.join(supported) or 'none'}",
                 "drop software.cudnn",

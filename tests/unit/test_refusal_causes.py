@@ -67,3 +67,16 @@ def test_an_unknown_os_given_with_os_is_the_command_line_s_fault_not_the_file_s(
     (p,) = exc.value.problems
     assert p.message == "--os debian-11: no data for it" and p.file is None and p.line is None
     assert "debian-13" in p.hint
+
+
+def test_a_cudnn_pin_that_cannot_drive_the_gpu_blames_the_gpu_not_the_cuda_pin():
+    prof = Profile.model_validate({
+        "name": "t",
+        "hardware": {"gpu": {"model": "Tesla K80"}, "cpu": {"model": "CPU", "flags": ["avx", "avx2"]}, "memory_gb": 64},
+        "target": {"kind": "baremetal", "os": {"distribution": "debian", "release": "12"}, "arch": "x86_64"},
+        "software": {"frameworks": [{"name": "pytorch"}], "cuda": "11.7", "cudnn": "9.1"},
+    })
+    with pytest.raises(IncompatibleError) as exc:
+        resolve(prof, DB)
+    assert "the pinned cuDNN 9.1 does not support Tesla K80 (cc 3.7), whatever the CUDA" in exc.value.message
+    assert "does not fit the pinned CUDA" not in exc.value.message
