@@ -132,7 +132,11 @@ def _refuse_stack(ctx: Ctx, drivers: list[tuple[Branch, DriverPkg]], cudas: list
         cuda_side = f"the pinned CUDA {sw.cuda}" if sw.cuda else f"CUDA {', '.join(stack_cudas)}"
         # Name the link that breaks: the GPU (no CUDA helps) before the CUDA.
         gpu_out = bool(pin_rows) and all(not V(c.min_cc) <= V(gpu.cc) <= V(c.max_cc) for c in pin_rows)
-        if gpu_out:
+        cuda_out = bool(pin_rows) and all(not V(c.cuda_min) <= V(cu) <= V(c.cuda_max) for c in pin_rows
+                                          for cu in stack_cudas)
+        if gpu_out and cuda_out:
+            what = f"the pinned cuDNN {sw.cudnn} supports neither {gpu.model} (cc {gpu.cc}) nor {cuda_side}"
+        elif gpu_out:
             what = f"the pinned cuDNN {sw.cudnn} does not support {gpu.model} (cc {gpu.cc}), whatever the CUDA"
         else:
             what = f"the pinned cuDNN {sw.cudnn} does not fit {cuda_side} on {gpu.model} (cc {gpu.cc})"

@@ -76,7 +76,8 @@ def test_pinned_release_missing_from_the_database_is_named_as_missing():
 
 def test_cudnn_pin_that_does_not_fit_the_cuda_pin_lists_only_cudnn_that_fits_that_cuda():
     err = refusal(profile("Pascal Card", cuda="11.8", cudnn="9.20"), db_with())
-    assert "the pinned cuDNN 9.20 does not fit the pinned CUDA 11.8" in err.message
+    # 9.20 fails both links here (cc 7.5+ and CUDA 12+): both are named
+    assert "the pinned cuDNN 9.20 supports neither Pascal Card (cc 6.1) nor the pinned CUDA 11.8" in err.message
     assert "CUDA 12.0-13.2" in err.message  # what the pinned cuDNN needs
     fitting = next(a for a in err.alternatives if a.startswith("cuDNN that fits"))
     assert "9.1.0" in fitting and "9.20.0" not in fitting  # 9.20 needs CUDA 12: never offered for an 11.8 pin
