@@ -337,6 +337,19 @@ class CompatDB(BaseModel):
                 return g
         return None
 
+    def gpu_by_device_name(self, name: str) -> GPU | None:
+        """The row for a name as the driver reports it ('NVIDIA H100 80GB HBM3'), trying shorter prefixes ('NVIDIA
+        H100'); never through a variant word (a laptop RTX 4090 is another chip with other peaks than the desktop
+        RTX 4090 its prefix names)."""
+        words = name.split()
+        for end in range(len(words), 0, -1):
+            if any(w.lower() in _VARIANT_WORDS for w in words[end:]):
+                return None
+            row = self.gpu(" ".join(words[:end]))
+            if row is not None:
+                return row
+        return None
+
     def architecture_of(self, cc: str) -> Architecture | None:
         return next((a for a in self.architectures if cc in a.cc), None)
 
@@ -377,6 +390,10 @@ class CompatDB(BaseModel):
 
     def jetpack_release(self, jetpack: str) -> JetPack | None:
         return next((j for j in self.jetpack if j.jetpack == jetpack), None)
+
+
+# Words in a device name that make it another part than the model its prefix names (laptop and Max-Q parts).
+_VARIANT_WORDS = {"laptop", "mobile", "max-q", "maxq", "notebook"}
 
 
 def _norm(name: str) -> str:

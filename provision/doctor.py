@@ -220,13 +220,8 @@ def _norm_gpu(name: str) -> str:
 
 def _canonical_gpu(name: str, db: Any) -> str:
     """The compat database's model name for a GPU name, trying shorter prefixes of a CUDA/nvidia-smi name."""
-    if db is not None:
-        words = name.split()
-        for end in range(len(words), 0, -1):
-            row = db.gpu(" ".join(words[:end]))
-            if row is not None:
-                return row.model
-    return _norm_gpu(name)
+    row = db.gpu_by_device_name(name) if db is not None else None
+    return row.model if row is not None else _norm_gpu(name)
 
 
 def _load_db() -> Any:
@@ -454,11 +449,18 @@ def profile_dict(machine: Machine, name: str) -> dict[str, Any]:
         cpu["cores"] = machine.cores
     if machine.threads:
         cpu["threads"] = machine.threads
+    gpu: dict[str, Any] = {"model": _label(canonical), "count": names.count(gpu_name)}
+    seen = machine.gpus[0]
+    if db is not None and db.gpu_by_device_name(gpu_name) is None and seen.compute_capability and seen.memory_mib:
+        # Not in the table (a laptop part): described by what the driver reports, which is what the plan needs.
+        gpu["model"] = _label(re.sub(r"^NVIDIA\s+", "", gpu_name))  # the driver's name, as written
+        gpu["compute_capability"] = seen.compute_capability
+        gpu["memory_gb"] = round(seen.memory_mib / 1024, 1)
     return {
         "name": re.sub(r"[^A-Za-z0-9._-]", "-", name)[:63].strip("-") or "this-machine",
         "description": f"Written by provision doctor from {machine.os_name or 'this machine'} with {gpu_name}",
         "hardware": {
-            "gpu": {"model": _label(canonical), "count": names.count(gpu_name)},
+            "gpu": gpu,
             "cpu": cpu,
             "memory_gb": machine.memory_gb or 1,
         },

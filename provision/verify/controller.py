@@ -35,11 +35,9 @@ def compat_peak_lookup() -> PeakLookup | None:
     db = load_db()
 
     def lookup(dev: DeviceInfo) -> tuple[float | None, float | None] | None:
-        words = dev.name.split()
-        for end in range(len(words), 0, -1):
-            row = db.gpu(" ".join(words[:end]))
-            if row is not None and row.sm == f"sm_{dev.cc}":
-                return row.bandwidth_gbps, row.fp32_tflops
+        row = db.gpu_by_device_name(dev.name)
+        if row is not None and row.sm == f"sm_{dev.cc}":
+            return row.bandwidth_gbps, row.fp32_tflops
         return None
 
     return lookup

@@ -132,3 +132,10 @@ def test_the_cli_plans_and_renders_a_described_gpu(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "provision", "compare", str(path), "profiles/aws-p2.yaml"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_laptop_device_name_is_not_taken_for_the_desktop_model_its_prefix_names():
+    assert DB.gpu_by_device_name("NVIDIA GeForce RTX 4090 Laptop GPU") is None
+    assert DB.gpu_by_device_name("NVIDIA GeForce GTX 1070 with Max-Q Design") is None
+    assert DB.gpu_by_device_name("NVIDIA GeForce RTX 4090").model == "GeForce RTX 4090"
+    assert DB.gpu_by_device_name("NVIDIA H100 80GB HBM3") is not None  # a prefix still finds the row

@@ -221,3 +221,20 @@ def test_without_a_gpu_doctor_offers_no_write_but_says_how_to_write_a_profile(tm
     text = "\n".join(diagnose(root, profiles_dir=tmp_path).text_lines())
     assert "--write" not in text
     assert "no NVIDIA GPU here" in text and "profiles/*.yaml" in text and "provision validate" in text
+
+
+def test_written_profile_describes_a_gpu_the_table_does_not_list(tmp_path: Path) -> None:
+    # A laptop RTX 4090 (AD103, 16 GB) is not the desktop RTX 4090 its name starts with: the profile describes it
+    # by what the driver reports, and the real loader plans it from that.
+    import shutil
+
+    root = tmp_path / "laptop"
+    shutil.copytree(FIXTURES / "deskmini", root)
+    (root / "commands" / "nvidia-smi.txt").write_text("NVIDIA GeForce RTX 4090 Laptop GPU, 8.9, 580.95.05, 16376\n")
+    (root / "proc" / "cpuinfo").write_text((root / "proc" / "cpuinfo").read_text().replace("sse4_2", "sse4_2 avx avx2"))
+    out = write_profile(read_machine(root), tmp_path / "laptop.yaml")
+    from provision.loader import load_profile
+
+    prof = load_profile(out)
+    gpu = prof.hardware.gpu
+    assert (gpu.model, gpu.compute_capability, gpu.memory_gb) == ("GeForce RTX 4090 Laptop GPU", "8.9", 16.0)
