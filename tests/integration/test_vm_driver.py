@@ -90,7 +90,7 @@ def test_the_kernel_side_is_built_the_host_reboots_and_the_missing_gpu_is_the_on
     components = on_vm(inventory, "grep -h Components /etc/apt/sources.list.d/debian.sources | sort -u")
     assert "contrib" in components and "non-free" in components, components
     kernel = on_vm(inventory, "uname -r")
-    dkms = on_vm(inventory, "dkms status")
+    dkms = on_vm(inventory, "sudo -n dkms status")  # dkms is in /usr/sbin, not on the account's PATH
     assert re.search(rf"nvidia[-\w]*/5\d\d[.\d]*, {re.escape(kernel)}, x86_64: installed", dkms), dkms
     assert on_vm(inventory, "cat /etc/modprobe.d/provision-blacklist-nouveau.conf").startswith("#")
     assert int(on_vm(inventory, f"stat -c %Y /boot/initrd.img-{kernel}")) > started
