@@ -14,6 +14,7 @@ Only the standard library is used, so this file works on a target that has nothi
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -54,6 +55,33 @@ class CompileResult:
 def candidates(sites: list[Path] | None = None, cuda_home: str | None = None) -> list[Path]:
     """Every place libnvrtc may be, in search order (existing files only)."""
     return libs.find("libnvrtc", WHEEL_DIRS, env_var="PROVISION_NVRTC", sites=sites, cuda_home=cuda_home)
+
+
+def _uselocale():  # libc's uselocale(3), or None where there is none (not glibc/musl)
+    try:
+        fn = ctypes.CDLL(None).uselocale
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_void_p]
+    return fn
+
+
+_USELOCALE = _uselocale()
+
+
+@contextlib.contextmanager
+def _thread_locale_kept():
+    """NVRTC's compile leaves the calling thread on the "C" locale (uselocale), which makes Python's preferred
+    encoding ASCII for everything after it in that thread: a subprocess's UTF-8 output read with text=True then
+    fails to decode (found in the test suite: a test that compiled with NVRTC made a later test's `provision apply`
+    output, with its '…', a UnicodeDecodeError). Put the thread's locale back as it was."""
+    saved = _USELOCALE(None) if _USELOCALE is not None else None
+    try:
+        yield
+    finally:
+        if _USELOCALE is not None and saved is not None:
+            _USELOCALE(saved)
 
 
 class Nvrtc:
@@ -150,6 +178,10 @@ class Nvrtc:
         kind = "cubin" if m.group(1) == "sm" else "ptx"
         if kind == "cubin" and not hasattr(self._lib, "nvrtcGetCUBIN"):
             raise NvrtcError(f"NVRTC {self.version_str} cannot emit CUBIN (needs 11.1 or newer); use compute_XY")
+        with _thread_locale_kept():
+            return self._compile(source, arch, kind, name, options)
+
+    def _compile(self, source: str, arch: str, kind: str, name: str, options: tuple[str, ...]) -> CompileResult:
         prog = ctypes.c_void_p()
         self._check(
             self._lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),

@@ -233,3 +233,17 @@ def test_the_hosts_verifier_stays_strict_about_a_planned_part_that_is_absent(tmp
                         "--no-frameworks"], REPO)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL  cudnn" in proc.stdout and "absent here" not in proc.stdout
+
+
+@pytest.mark.parametrize("version", ["11.8.89", "12.6.85"])
+def test_a_compile_leaves_the_thread_s_encoding_as_it_was(version: str) -> None:
+    # NVRTC switches the calling thread to the "C" locale and leaves it there: after a compile, Python's preferred
+    # encoding in that thread was ASCII, and a later subprocess's UTF-8 output read with text=True failed to decode
+    # (a test of `provision apply` output, '…' in it, after this file's compiles). Nvrtc.compile puts it back.
+    import locale
+
+    before = locale.getpreferredencoding(False)
+    _nv(version).compile(kernel_source("triad"), "sm_61")
+    assert locale.getpreferredencoding(False) == before
+    out = subprocess.run([sys.executable, "-c", "print('\\u2026')"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "\u2026"
