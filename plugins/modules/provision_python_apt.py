@@ -34,9 +34,9 @@ installed_before:
   returned: always
 """
 
-import time
+import time  # noqa: E402  (after DOCUMENTATION, as Ansible modules are laid out)
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 LOCKED = "Could not get lock"
 RETRY_S = 10
