@@ -136,6 +136,21 @@ def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | No
         have = models.get(g.model)
         models[g.model] = (g, (have[1] if have else 0) + (spec.count or 1))
     ordered = sorted(models.values(), key=lambda gc: (V(gc[0].cc), gc[0].model))
+    # One driver serves them all, so one kernel-module flavour must: Blackwell runs only on the open modules and a
+    # GPU before Turing only on the proprietary ones (data/gpus.yaml, architectures).
+    flavours = {g.model: set(db.kernel_modules(g)) for g, _ in ordered}
+    common = set.intersection(*flavours.values())
+    if not common:
+        only_open = [m for m, f in flavours.items() if f == {"open"}]
+        only_closed = [m for m, f in flavours.items() if f == {"proprietary"}]
+        raise IncompatibleError(
+            f"{', '.join(only_closed)} run{'s' if len(only_closed) == 1 else ''} only on NVIDIA's proprietary kernel "
+            f"modules and {', '.join(only_open)} only on the open ones: no driver serves both in one machine",
+            alternatives=["one GPU generation per machine (Turing to Hopper run on either flavour)"],
+            where=profile.name,
+        )
+    ordered = [(g if common == set(db.kernel_modules(g)) else g.model_copy(update={"kernel_modules": tuple(sorted(common))}),
+                c) for g, c in ordered]
     (first, first_count), rest = ordered[0], ordered[1:]
 
     def variant(gpu: GPU, count: int, sw) -> Profile:

@@ -50,3 +50,22 @@ def test_an_os_with_only_the_proprietary_modules_for_blackwell_is_refused_with_t
     assert "runs only on NVIDIA's open kernel modules" in exc.value.message
     assert "with the proprietary ones only" in exc.value.message
 
+
+
+def test_a_box_mixing_turing_and_blackwell_gets_the_open_modules_for_both():
+    prof = profile({"model": "GeForce RTX 2080 Ti"})
+    prof = Profile.model_validate({**prof.model_dump(), "hardware": {**prof.model_dump()["hardware"],
+                                                                     "extra_gpus": [{"model": "GeForce RTX 5090"}]}})
+    plan = resolve(prof, DB)
+    assert plan.driver.kernel_module == "open" and plan.driver.packages == ("nvidia-driver-580-open",)
+    assert resolve(profile({"model": "GeForce RTX 2080 Ti"}), DB).driver.kernel_module == "proprietary"  # alone
+
+
+def test_a_box_mixing_pascal_and_blackwell_is_refused_for_the_kernel_modules():
+    prof = profile({"model": "GeForce GTX 1070"})
+    prof = Profile.model_validate({**prof.model_dump(), "hardware": {**prof.model_dump()["hardware"],
+                                                                     "extra_gpus": [{"model": "GeForce RTX 5090"}]}})
+    with pytest.raises(IncompatibleError) as exc:
+        resolve(prof, DB)
+    assert "GeForce GTX 1070 runs only on NVIDIA's proprietary kernel modules" in exc.value.message
+    assert "GeForce RTX 5090 only on the open ones" in exc.value.message
