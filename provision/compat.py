@@ -26,6 +26,9 @@ class _Row(BaseModel):
     note: str | None = None
 
 
+KernelModule = Literal["proprietary", "open"]
+
+
 class GPU(_Row):
     model: str
     aliases: tuple[str, ...] = ()
@@ -53,9 +56,6 @@ class GPU(_Row):
     @property
     def tegra(self) -> bool:
         return self.segment == "tegra"
-
-
-KernelModule = Literal["proprietary", "open"]
 
 
 class Architecture(_Row):

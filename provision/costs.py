@@ -74,9 +74,10 @@ def compare_pairs(lines: list[CostLine], within: float, horizon_h: float) -> lis
                 verdict = (f"no break-even: owning {o.profile} never beats renting {r.profile} (renting costs no more "
                            "per hour than owning's power)")
             elif hours > horizon_h:
+                gap = r.rent_usd_hr - (o.own_usd_hr or 0.0)
+                more = "under $0.001" if gap < 0.001 else f"only ${gap:.3f}"
                 verdict = (f"no break-even within {horizon_h:,.0f} h ({horizon_h / 8760:g} years of 24 h use): renting "
-                           f"{r.profile} costs only ${r.rent_usd_hr - (o.own_usd_hr or 0.0):.3f}/h more than owning "
-                           f"{o.profile}'s power")
+                           f"{r.profile} costs {more}/h more than owning {o.profile}'s power")
                 hours = None
             else:
                 verdict = (f"after {hours:,.0f} h ({hours / 24:,.0f} days of 24 h use) owning {o.profile} costs less "
