@@ -16,9 +16,9 @@ description:
   - Answers, in one call, what a role needs to decide whether anything is to be done. Reads only; never changes
     the host, so it runs unchanged in check mode.
   - C(packages) come from one C(dpkg-query) call; a package counts as installed when dpkg says C(ii).
-  - The environment's installed distributions are read with C(importlib.metadata) by the environment's own
-    interpreter, run in isolated mode (C(-I)) as the account that owns the environment (given by
-    O(venv.owner)), never as root. When the module runs as root it drops to that account with C(setpriv)
+  - The environment's installed distributions are read by the environment's own interpreter, where
+    C(importlib.metadata) finds them, from the Name and Version lines of each C(METADATA). The interpreter runs in
+    isolated mode (C(-I)) as the account that owns the environment (given by O(venv.owner)), never as root. When the module runs as root it drops to that account with C(setpriv)
     (its uid, gid and groups) and a minimal environment. The interpreter's output is treated as untrusted data: it
     must be one JSON object of the expected shape, or the environment is reported as unreadable.
     Whether each requirement (C(name==version), C(name[extra]==version)) is met is decided here, not by the
@@ -169,14 +169,44 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 # Run by the environment's interpreter as its owner: it only lists what is installed. Everything it prints is checked
 # here before use (the account can make its interpreter print anything).
+# It finds distributions where importlib.metadata does (a *.dist-info or *.egg-info in each sys.path entry, the first
+# one of a name winning) but reads only the Name and Version lines at the head of each METADATA / PKG-INFO instead of
+# parsing the whole file with the email parser: 0.10 s instead of 0.37 s for JupyterLab's 96 distributions in a
+# sandbox, and each role that reads an environment pays it once per apply (docs/fleet.md).
 DISTRIBUTIONS_SCRIPT = (
     "import hashlib, json, os, site, sys\n"
-    "from importlib import metadata\n"
+    "def head(meta):\n"
+    "    found = {}\n"
+    "    with open(meta, encoding='utf-8', errors='replace') as handle:\n"
+    "        for number, line in enumerate(handle):\n"
+    "            if not line.strip() or number > 200:\n"
+    "                break\n"
+    "            key, sep, value = line.partition(':')\n"
+    "            if sep and key in ('Name', 'Version') and key not in found:\n"
+    "                found[key] = value.strip()\n"
+    "                if len(found) == 2:\n"
+    "                    break\n"
+    "    return found.get('Name'), found.get('Version')\n"
     "found = {}\n"
-    "for dist in metadata.distributions():\n"
-    "    name = dist.metadata['Name']\n"
-    "    if name and dist.version and name not in found:\n"
-    "        found[name] = dist.version\n"
+    "for entry in sys.path:\n"
+    "    try:\n"
+    "        names = sorted(os.listdir(entry or '.'))\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    for sub in names:\n"
+    "        info = os.path.join(entry, sub)\n"
+    "        if sub.endswith('.dist-info'):\n"
+    "            meta = os.path.join(info, 'METADATA')\n"
+    "        elif sub.endswith('.egg-info'):\n"
+    "            meta = os.path.join(info, 'PKG-INFO') if os.path.isdir(info) else info\n"
+    "        else:\n"
+    "            continue\n"
+    "        try:\n"
+    "            name, version = head(meta)\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        if name and version and name not in found:\n"
+    "            found[name] = version\n"
     "sums = {}\n"
     "for rel in sys.argv[1:]:\n"
     "    try:\n"

@@ -4,6 +4,8 @@ this machine: its dpkg database, its files, a virtual environment made here, rea
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import pwd
@@ -286,3 +288,19 @@ def test_dpkg_unfinished_is_read_only_when_asked(tmp_path: Path) -> None:
     # This machine's dpkg: the same answer as dpkg --audit (the integration suite interrupts a real dpkg run:
     # tests/integration/test_role_faults.py).
     assert run_module(tmp_path, packages=["dpkg"], dpkg_unfinished=True)["dpkg_unfinished"] is bool(audit)
+
+
+def test_the_distributions_listed_are_those_importlib_metadata_finds() -> None:
+    """The script reads only the Name and Version lines of each METADATA (for speed): on this project's own
+    environment, hundreds of real wheels and an editable install, it must list what importlib.metadata lists."""
+    spec = importlib.util.spec_from_file_location("provision_facts_module", MODULE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    listed = json.loads(subprocess.run([sys.executable, "-I", "-c", module.DISTRIBUTIONS_SCRIPT], capture_output=True,
+                                       text=True, check=True).stdout)["distributions"]
+    expected: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        expected.setdefault(dist.metadata["Name"], dist.version)
+    assert len(expected) > 50
+    assert listed == expected
