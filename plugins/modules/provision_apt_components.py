@@ -17,8 +17,8 @@ description:
     C(sources.list) / C(sources.list.d/*.list) files (C(deb) and C(deb-src) lines).
   - An entry is the distribution's own when one of its suites is C(codename), C(codename-updates) or
     C(codename-security) and its URI is on a C(debian.org) host, is listed in O(mirrors), or apt's downloaded
-    Release file for it says C(Origin: Debian).
-  - Third-party entries, disabled stanzas (C(Enabled: no)) and commented lines are left alone; a component some
+    Release file for it says C(Origin) is C(Debian).
+  - Third-party entries, disabled stanzas (C(Enabled) set to C(no)) and commented lines are left alone; a component some
     enabled entry for the same URI and suite already has is not added again. Everything else in the files (comments,
     order, spacing) is kept.
   - What it added is recorded in O(record); O(state=absent) takes away only what that record says was added.

@@ -18,8 +18,9 @@ description:
   - C(packages) come from one C(dpkg-query) call; a package counts as installed when dpkg says C(ii).
   - The environment's installed distributions are read by the environment's own interpreter, where
     C(importlib.metadata) finds them, from the Name and Version lines of each C(METADATA). The interpreter runs in
-    isolated mode (C(-I)) as the account that owns the environment (given by O(venv.owner)), never as root. When the module runs as root it drops to that account with C(setpriv)
-    (its uid, gid and groups) and a minimal environment. The interpreter's output is treated as untrusted data: it
+    isolated mode (C(-I)) as the account that owns the environment (given by O(venv.owner)), never as root. When
+    the module runs as root it drops to that account with C(setpriv) (its uid, gid and groups) and a minimal
+    environment. The interpreter's output is treated as untrusted data, so it
     must be one JSON object of the expected shape, or the environment is reported as unreadable.
     Whether each requirement (C(name==version), C(name[extra]==version)) is met is decided here, not by the
     interpreter; a local version label on the installed distribution (C(2.6.0+cu126)) satisfies a requirement
@@ -36,16 +37,16 @@ options:
   venv:
     description:
       - A virtual environment to read. Keys C(path) (the environment's directory), C(owner) (the account that owns
-        it; the interpreter runs as this account; left out, the owner of C(path)), C(requirements) (exact pins to check) and C(checksums) (paths
-        relative to the environment whose sha256 the account's interpreter reads: root does not read the
-        account's files).
+        it; the interpreter runs as this account; left out, the owner of C(path)), C(requirements) (exact pins to
+        check) and C(checksums) (paths relative to the environment whose sha256 the account's interpreter reads,
+        since root does not read the account's files).
       - Empty (the default) reads no environment.
     type: dict
     default: {}
   files:
     description:
       - Paths to stat. An item is a path, or a dict with C(path), C(checksum) (true for a sha256) and C(follow)
-        (true to report what a link points to, as C(stat -L) does: an installed command behind Debian's
+        (true to report what a link points to, as C(stat -L) does, for an installed command behind Debian's
         alternatives). C(checksum) and C(follow) do not go together.
     type: list
     elements: raw

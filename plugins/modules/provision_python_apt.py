@@ -25,6 +25,13 @@ options:
     description: Seconds to wait, in all, for apt's and dpkg's locks.
     type: int
     default: 300
+author: provision
+"""
+
+EXAMPLES = r"""
+- name: Install python3-apt with apt-get, which Ansible's apt module needs
+  provision_python_apt:
+    lock_timeout: 600
 """
 
 RETURN = r"""
