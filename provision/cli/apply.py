@@ -1,0 +1,294 @@
+"""Render, apply, check: a plan onto hosts (provision.render, provision.apply, provision.fleet) and what the terminal
+shows while it runs."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from provision.cli.common import (
+    Activity,
+    IndexOpt,
+    OsOpt,
+    ProfileArg,
+    app,
+    duration,
+    err,
+    handle_errors,
+    index_overrides,
+    out,
+    print_wrapped,
+)
+from provision.errors import EXIT_OK, UsageError
+from provision.pipeline import plan_for
+from provision.procs import guarded
+from provision.report import plan_text
+
+# --- apply, render, check (provision.render, provision.runners.ansible, provision.check) ------------------------
+# APPLY-COMMANDS
+InventoryOpt = Annotated[Path | None, typer.Option("--inventory", "-i", help="Ansible inventory of the hosts to provision.")]
+SandboxOpt = Annotated[
+    str | None,
+    typer.Option("--sandbox", help="Use (start or reuse) a throwaway Debian container of this name as the host."),
+]
+SkipFrameworksOpt = Annotated[
+    bool, typer.Option("--skip-frameworks", help="Leave the framework wheels out (their index may be unreachable).")
+]
+
+
+@app.command()
+@handle_errors
+def render(
+    profile: ProfileArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write into.")],
+    os_override: OsOpt = None,
+    inventory: InventoryOpt = None,
+    skip_frameworks: SkipFrameworksOpt = False,
+    image_context: Annotated[bool, typer.Option("--image-context", help="Also lay out the Docker build context "
+                                                "(downloads the plan's wheels; needs Docker to read the base image).")]
+    = False,
+    base_image: Annotated[str | None, typer.Option("--base-image", help="FROM this image instead of the plan's (as "
+                                                   "`provision build --base-image`).")] = None,
+    index: IndexOpt = None,
+) -> None:
+    """Write a directory that runs on its own: playbook, role variables, inventory, ansible.cfg, plan.json, the
+    Dockerfile, and a README with the exact ansible-playbook and docker build commands."""
+    from provision.render.ansible import render_ansible, write_standalone
+    from provision.render.docker import render_dockerfile, with_base_image
+    from provision.runners import docker as runner
+
+    result = plan_for(profile, os_override=os_override, indexes=index_overrides(index))
+    files = render_ansible(result, output, inventory=inventory, skip_frameworks=skip_frameworks)
+    dockerfile = render_dockerfile(with_base_image(result, base_image), profile, skip_frameworks=skip_frameworks)
+    files["dockerfile"] = output / "Dockerfile"
+    files["dockerfile"].write_text(dockerfile)
+    if image_context:
+        with Activity(err, "laying out the build context") as activity:
+            runner.write_context(with_base_image(result, base_image), dockerfile, output,
+                                 skip_frameworks=skip_frameworks, progress=activity.update)
+    files |= write_standalone(output, files, profile=str(profile), os_override=os_override, base_image=base_image,
+                              skip_frameworks=skip_frameworks, image_context=image_context,
+                              image_tag=runner.default_tag(result, skip_frameworks=skip_frameworks))
+    for path in files.values():
+        out.print(f"wrote {path}", markup=False)
+    out.print(f"run it: see {output / 'README.md'} (cd {output} && ansible-playbook site.yml)", markup=False)
+
+
+AskBecomePassOpt = Annotated[
+    bool, typer.Option("--ask-become-pass", "-K", help="Ask for the sudo password of the hosts' account (not shown, "
+                       "not stored; ansible_become_password in the inventory or a vault works too).")
+]
+VaultPasswordFileOpt = Annotated[
+    Path | None, typer.Option("--vault-password-file", help="Decrypt vaulted inventory values (e.g. "
+                              "ansible_become_password) with the password in this file.")
+]
+
+OptProfileArg = Annotated[
+    Path | None,
+    typer.Argument(help="Hardware profile (YAML). Optional when the inventory sets provision_profile per host or group.",
+                   show_default=False),
+]
+
+
+@app.command()
+@handle_errors
+@guarded  # SIGTERM as Ctrl-C; nothing this command started outlives it (provision.procs)
+def apply(
+    profile: OptProfileArg = None,
+    inventory: InventoryOpt = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Only the hosts that did not succeed in the last apply "
+                                         "on this inventory.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Dry run: report what would change.")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Show file differences.")] = False,
+    tags: Annotated[str | None, typer.Option("--tags", help="Only these roles (comma-separated role names).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing the hosts.")] = False,
+    os_override: OsOpt = None,
+    sandbox: SandboxOpt = None,
+    skip_frameworks: SkipFrameworksOpt = False,
+    no_check: Annotated[bool, typer.Option("--no-check", help="Skip `provision check` after the run.")] = False,
+    timings: Annotated[bool, typer.Option("--timings", help="Also list the slowest steps (seconds summed over "
+                                          "hosts).")] = False,
+    ask_become_pass: AskBecomePassOpt = False,
+    vault_password_file: VaultPasswordFileOpt = None,
+    index: IndexOpt = None,
+) -> None:
+    """Provision hosts (or a sandbox container) to their plans with Ansible, then check them.
+
+    Exit 0 every host ok, 1 a host failed (or its check), 2 refused (another apply runs on these hosts), 3 a host was
+    unreachable, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+    """
+    from provision.apply import run_apply, targets
+
+    found = targets(profile, inventory, sandbox, os_override, limit, failed, vault_password_file=vault_password_file,
+                    indexes=index_overrides(index))
+    if not found.groups:
+        out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
+        return
+    for group in found.groups:
+        if len(found.groups) > 1:
+            out.print(f"== {group.profile}" + (f" --os {group.os}" if group.os else "") + f": {', '.join(group.hosts)}",
+                      markup=False)
+        for line in plan_text(group.plan):
+            out.print(line, markup=False)
+    if not yes and not check:
+        _confirm(found.where(inventory))
+    become_password = _become_password() if ask_become_pass else None
+    outcome = run_apply(found, _ApplyDisplay(check=check, skip_frameworks=skip_frameworks, timings=timings,
+                                             frameworks=any(g.plan.frameworks for g in found.groups)),
+                        check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks, no_check=no_check,
+                        become_password=become_password, vault_password_file=vault_password_file)
+    if outcome.check_skipped:
+        out.print(f"check skipped: {outcome.check_skipped}", markup=False)
+    if not check:
+        _print_ready(found.groups, outcome, skip_frameworks=skip_frameworks)
+    if outcome.fleet.exit_code != EXIT_OK:
+        _print_failed_apply_hints(check=check, inventory=inventory)
+    if outcome.error is not None:
+        raise outcome.error
+    raise typer.Exit(outcome.exit_code)
+
+
+def _confirm(where: str) -> None:
+    """Ask before changing hosts; off a terminal, refuse without --yes."""
+    if not sys.stdin.isatty():
+        raise UsageError(f"apply changes {where}; not a terminal, so pass --yes to confirm (nothing was changed)")
+    if not typer.confirm(f"apply to {where}?", default=False):
+        raise UsageError("not confirmed; nothing was changed")
+
+
+def _become_password() -> str | None:
+    return typer.prompt("BECOME password", hide_input=True, default="", show_default=False) or None
+
+
+def _print_failed_apply_hints(*, check: bool, inventory: Path | None) -> None:
+    if check:
+        err.print("note: --check installs nothing; a role that needs what an earlier step installs says what it "
+                  "cannot predict and stops (lines above); a step that failed here would fail in a real apply",
+                  markup=False)
+    if inventory:
+        err.print(f"retry the hosts that did not succeed: provision apply ... -i {inventory} --failed", markup=False)
+
+
+class _ApplyDisplay:
+    """provision.apply.ApplyDisplay on the terminal: a spinner per phase, each task's result on stderr, the summary
+    table after the playbook, the checks' lines on stdout."""
+
+    STYLES = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red", "skipped": "dim"}
+
+    def __init__(self, *, check: bool, skip_frameworks: bool, timings: bool, frameworks: bool) -> None:
+        self.check, self.skip_frameworks, self.timings, self.frameworks = check, skip_frameworks, timings, frameworks
+
+    def phase(self, text: str) -> Activity:
+        return Activity(err, text)
+
+    def task(self, host: str, task: str, state: str, msg: str) -> None:
+        if state == "skipped":
+            return
+        text = f"{host}  {state:<11} {task}" + (f": {msg}" if msg else "")
+        err.print(text, style=self.STYLES.get(state), markup=False, highlight=False)
+
+    def check_line(self, line: str) -> None:
+        out.print(line, markup=False)
+
+    def playbook_done(self, fleet: Any) -> None:
+        print_apply_summary(fleet, check=self.check, out=out, err=err)
+        counts = {res: sum(1 for r in fleet.hosts.values() if r.result == res) for res in
+                  ("ok", "failed", "unreachable", "not run")}
+        out.print(f"ansible-playbook {fleet.status} in {duration(fleet.seconds)}, changed={fleet.changed}; "
+                  + ", ".join(f"{n} {res}" for res, n in counts.items() if n), markup=False)
+        if self.skip_frameworks and self.frameworks:
+            out.print("frameworks skipped (--skip-frameworks)", markup=False)
+        if self.timings:
+            slowest = sorted(fleet.task_seconds.items(), key=lambda kv: -kv[1])[:12]
+            out.print(f"slowest steps ({sum(fleet.task_seconds.values()):.1f} s of steps in all):", markup=False)
+            for task, seconds in slowest:
+                out.print(f"  {seconds:7.2f} s  {task}", markup=False)
+
+
+
+def _print_ready(groups: list[Any], outcome: Any, *, skip_frameworks: bool) -> None:
+    """The block a person reads after an apply, last on the screen (provision.apply.ready_blocks), then how long
+    each phase took."""
+    from provision.apply import ready_blocks
+
+    blocks, shown_token = ready_blocks(groups, outcome.fleet, outcome.inventory, outcome.codes,
+                                       skip_frameworks=skip_frameworks)
+    if not blocks:
+        return
+    out.print("", markup=False)
+    for lines in blocks:
+        for line in lines:
+            print_wrapped(line)
+    if shown_token:
+        print_wrapped("The URL holds the host's Jupyter token, shown here because this is your own machine; "
+                       "provision writes it to no file, log or record.")
+    took = outcome.took
+    total = time.monotonic() - took["started"]
+    parts = [f"{name} {duration(sec)}" for name, sec in took.items() if name not in ("started", "wheels from")]
+    print_wrapped(f"took {duration(total)}: " + ", ".join(parts)
+                   + (", the rest planning and rendering" if parts else ""))
+
+
+def print_apply_summary(fleet: Any, *, check: bool, out: Any, err: Any) -> None:
+    """The table after an apply, short enough for 80 columns, then the long texts under it, one line per host:
+    the verifier's figures on `out`, `failed: HOST: STEP: CAUSE` on `err`. On a terminal those lines wrap at its
+    width with an indent; elsewhere (logs, pipes) each stays one line, whole, for grep."""
+    from rich.table import Table
+
+    from provision.fleet import summary_lines, summary_rows
+
+    rows = summary_rows(fleet, check=check)
+    headers = ("host", "profile", "result", "changed", "step / verify")
+    # The last column takes what the others leave of the width (each column pads 1 + 1), cutting a long step name
+    # with '…'; only when even 12 characters do not fit do host and profile names fold.
+    natural = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:4])]
+    table = Table(box=None)
+    table.add_column("host", overflow="fold")
+    table.add_column("profile", overflow="fold")
+    table.add_column("result", no_wrap=True)
+    table.add_column("changed", justify="right", no_wrap=True)
+    table.add_column("step / verify", no_wrap=True, overflow="ellipsis",
+                     max_width=max(12, out.width - sum(natural) - 2 * len(headers)))
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+    details, failures = summary_lines(fleet, check=check)
+    for console, lines, style in ((out, details, None), (err, failures, "red")):
+        for line in lines:
+            if console.is_terminal:
+                line = textwrap.fill(line, width=console.width, subsequent_indent="    ", break_long_words=False,
+                                     break_on_hyphens=False)
+            console.print(line, markup=False, style=style, highlight=False)
+
+
+@app.command(name="check")
+@handle_errors
+def check_hosts_cmd(
+    profile: OptProfileArg = None,
+    inventory: InventoryOpt = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
+    os_override: OsOpt = None,
+    sandbox: SandboxOpt = None,
+    skip_frameworks: SkipFrameworksOpt = False,
+    ask_become_pass: AskBecomePassOpt = False,
+    vault_password_file: VaultPasswordFileOpt = None,
+) -> None:
+    """Check hosts against their plans with testinfra: packages, environment, Jupyter (exit 0 green, 1 red, 3 cannot run).
+
+    Without PROFILE each host is checked against the plan and options its last `provision apply` recorded here."""
+    from provision.apply import check_run_targets, checks_exit_code
+    from provision.fleet import check_hosts
+
+    found = check_run_targets(profile, inventory, sandbox, os_override, limit, vault_password_file=vault_password_file)
+    become_password = _become_password() if ask_become_pass else None
+    codes = check_hosts(found.groups, found.inventory, found.hosts, skip_frameworks=skip_frameworks,
+                        echo=lambda s: out.print(s, markup=False), become_password=become_password,
+                        vault_password_file=vault_password_file)
+    raise typer.Exit(checks_exit_code(codes))
+

@@ -1,0 +1,173 @@
+"""Profiles, the database and plans: validate, plan, gpus, compare, schema (provision.loader, provision.resolver)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, cast
+
+import typer
+
+from provision import state
+from provision.cli.common import (
+    IndexOpt,
+    JsonOpt,
+    OsOpt,
+    ProfileArg,
+    app,
+    handle_errors,
+    index_overrides,
+    out,
+    print_json,
+    print_wrapped,
+)
+from provision.compat import load_db
+from provision.drift import host_differences, plan_differences
+from provision.errors import EXIT_FAILED, Problem, ProfileError, UsageError
+from provision.loader import load_profile
+from provision.models import Profile
+from provision.pipeline import plan_for
+from provision.report import gpu_rows, plan_json, plan_text
+from provision.resolver import resolve
+
+# --- profiles, database and plans (provision.loader, provision.resolver) ----------------------------------------
+# PLAN-COMMANDS
+
+
+@app.command()
+@handle_errors
+def validate(
+    profiles: Annotated[list[Path], typer.Argument(help="One or more profile files.", show_default=False)],
+    os_override: OsOpt = None,
+) -> None:
+    """Check profiles: YAML, keys, types, known GPU/OS/instance. One line per problem; exit 2 if any."""
+    db = load_db()
+    problems: list[str] = []
+    for path in profiles:
+        try:
+            profile = load_profile(path, os_override=os_override, db=db)
+        except ProfileError as exc:
+            problems += exc.lines()
+            continue
+        out.print(f"ok: {path}: {profile.name} ({profile.hardware.gpu.model}, {profile.target.kind})", markup=False)
+    if problems:
+        raise ProfileError([Problem(line) for line in problems])
+
+
+@app.command()
+@handle_errors
+def plan(
+    profile: ProfileArg,
+    os_override: OsOpt = None,
+    as_json: JsonOpt = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Say why each component was chosen, with sources.")] = False,
+    diff_against: Annotated[str | None, typer.Option(
+        "--diff-against", metavar="HOST",
+        help="Compare with what HOST got at its last `provision apply` (exit 1 when something differs).")] = None,
+    index: IndexOpt = None,
+) -> None:
+    """Resolve a profile into a concrete stack (driver, CUDA, cuDNN, Python, frameworks, Jupyter)."""
+    result = plan_for(profile, os_override=os_override, indexes=index_overrides(index))
+    if diff_against is not None:
+        _diff_against(result, diff_against, as_json)
+        return
+    if as_json:
+        print_json(plan_json(result))
+        return
+    for line in plan_text(result, explain=explain):
+        print_wrapped(line)
+
+
+
+def _diff_against(result: Any, host: str, as_json: bool) -> None:
+    record = state.read_record(host)
+    if record is None:
+        known = ", ".join(state.known_hosts()) or "none yet"
+        raise UsageError(f"--diff-against {host}: no record of an apply on {host} in {state.state_dir()} "
+                         f"(hosts with a record: {known})")
+    lines = plan_differences(result, record.get("plan") or {}) + host_differences(result, record)
+    if as_json:
+        print_json({"host": host, "applied_at": record.get("applied_at"), "profile": record.get("profile"),
+                    "differences": lines})
+    else:
+        out.print(f"{host}: applied {record.get('applied_at')} from {record.get('profile')} "
+                  f"(plan {record.get('digest')})", markup=False)
+        if record.get("tags"):
+            out.print(f"note: the last apply ran only --tags {record['tags']}", markup=False)
+        for line in lines or ["no differences: the host has what this plan decides"]:
+            out.print(line, markup=False)
+    if lines:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@handle_errors
+def gpus(as_json: JsonOpt = False) -> None:
+    """List the GPUs the database knows, with compute capability, peaks and the driver branches that drive them."""
+    rows = gpu_rows(load_db())
+    if as_json:
+        print_json(rows)
+        return
+    from rich.console import JustifyMethod
+    from rich.table import Table
+
+    # Fits 80 columns (a pipe or a log gets 80): short headers, no outer padding; names and figures are never folded
+    # or cut, only a long driver range (Jetson's JetPack releases) wraps within its column.
+    table = Table(box=None, pad_edge=False)
+    for header, justify in (("GPU", "left"), ("arch", "left"), ("cc", "left"), ("GB", "right"), ("GB/s", "right"),
+                            ("TFLOPS", "right")):
+        table.add_column(header, justify=cast(JustifyMethod, justify), no_wrap=True)
+    table.add_column("drivers")
+    for r in rows:
+        span = r["driver"]
+        table.add_row(r["model"], r["arch"], r["cc"], f"{r['memory_gb']:g}", f"{r['bandwidth_gbps']:g}",
+                      f"{r['fp32_tflops']:g}", span)
+    out.print(table)
+
+
+@app.command()
+@handle_errors
+def compare(
+    profiles: Annotated[list[Path], typer.Argument(help="Profiles to compare.", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare machines: GPU, VRAM, FP32 peak, price, and break-even hours between owning and renting."""
+    from provision.costs import compare_pairs, cost_line
+
+    db = load_db()
+    lines = []
+    for path in profiles:
+        prof = load_profile(path, db=db)
+        lines.append(cost_line(prof, resolve(prof, db, profile_path=str(path)), db))
+    assert db.policy is not None  # load_db always reads data/policy.yaml
+    pairs = compare_pairs(lines, db.policy.compare_within, db.policy.break_even_horizon_h)
+    if as_json:
+        print_json({"machines": [vars(x) for x in lines], "break_even": pairs})
+        return
+    from rich.table import Table
+
+    # Fits 80 columns (a pipe or a log gets 80): short headers, no outer padding; a profile's name is never cut.
+    table = Table(box=None, pad_edge=False)
+    table.add_column("profile", no_wrap=True)
+    table.add_column("GPU", overflow="fold")
+    for header in ("GB", "TFLOPS", "buy $", "own $/h", "rent $/h"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for x in lines:
+        table.add_row(x.profile, x.gpu if x.count == 1 else f"{x.count} x {x.gpu}", f"{x.vram_gb:g}",
+                      f"{x.fp32_tflops:.2f}" if x.fp32_tflops is not None else "?",
+                      f"{x.purchase_usd:,.0f}" if x.purchase_usd is not None else "-",
+                      f"{x.own_usd_hr:.3f}" if x.own_usd_hr is not None else "-",
+                      f"{x.rent_usd_hr:.3f}" if x.rent_usd_hr is not None else "-")
+    out.print(table)
+    for pair in pairs:
+        out.print(pair["verdict"], markup=False)
+    if not pairs:
+        out.print("no break-even: give a purchase_usd to one profile and an hourly price (or instance type) to another",
+                  markup=False)
+
+
+@app.command()
+@handle_errors
+def schema() -> None:
+    """Print the JSON Schema of a profile (point your editor's YAML language server at it)."""
+    print_json(Profile.model_json_schema())
+
