@@ -371,8 +371,8 @@ def ready_blocks(groups: list[Group], fleet: FleetResult, inventory: Path | dict
                 t = a.tunnel
                 in_sandbox = bool(reach.get(host, {}).get("provision_sandbox"))
                 lines.append(f"  tunnel      ssh (pid {t.pid}) forwards 127.0.0.1:{t.local_port} here to its Jupyter; "
-                             f"stop it with `provision tunnel stop {host}`"
-                             + (f" (`provision sandbox down {host}` removes the host and its tunnel)"
+                             f"stop it with `{shlex.join(['provision', 'tunnel', 'stop', host])}`"
+                             + (f" (`{shlex.join(['provision', 'sandbox', 'down', host])}` removes the host and its tunnel)"
                                 if in_sandbox else ""))
             blocks.append(lines)
     return blocks, shown_token

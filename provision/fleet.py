@@ -29,7 +29,7 @@ from provision import procs, sandbox, state
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, ProvisionError, RunnerError, UsageError
 from provision.models import Plan
 from provision.pipeline import display_path, plan_for
-from provision.render.ansible import plan_digest, render_fleet
+from provision.render.ansible import check_ansible_path, plan_digest, render_fleet
 from provision.resources import share_dir
 from provision.runners.ansible import run_playbook
 from provision.runners.testinfra import run_check
@@ -115,6 +115,7 @@ def inventory_hostvars(inventory: Path | dict[str, Any], limit: str | None = Non
             wanted = set(limit.replace(":", ",").split(","))
             hosts = {h: v for h, v in hosts.items() if h in wanted}
         return hosts
+    check_ansible_path(inventory, "--inventory")
     cmd = [_bin("ansible-inventory"), "-i", str(inventory), "--list"]
     if vault_password_file:
         cmd += ["--vault-password-file", str(vault_password_file)]

@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -383,7 +384,7 @@ def exclusive(locks: dict[str, str], *, directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
     held: list[int] = []
     me = {"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-          "command": " ".join(["provision", *sys.argv[1:]])[:300]}
+          "command": shlex.join(["provision", *sys.argv[1:]])[:300]}
     try:
         for name in sorted(locks):
             fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children (PEP 446)

@@ -3,6 +3,7 @@ shows while it runs."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 import textwrap
 import time
@@ -58,10 +59,11 @@ def render(
 ) -> None:
     """Write a directory that runs on its own: playbook, role variables, inventory, ansible.cfg, plan.json, the
     Dockerfile, and a README with the exact ansible-playbook and docker build commands."""
-    from provision.render.ansible import render_ansible, write_standalone
+    from provision.render.ansible import check_ansible_path, render_ansible, write_standalone
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
 
+    check_ansible_path(output, "--output")
     result = plan_for(profile, os_override=os_override, indexes=index_overrides(index))
     files = render_ansible(result, output, inventory=inventory, skip_frameworks=skip_frameworks)
     dockerfile = render_dockerfile(with_base_image(result, base_image), profile, skip_frameworks=skip_frameworks)
@@ -76,7 +78,8 @@ def render(
                               image_tag=runner.default_tag(result, skip_frameworks=skip_frameworks))
     for path in files.values():
         out.print(f"wrote {path}", markup=False)
-    out.print(f"run it: see {output / 'README.md'} (cd {output} && ansible-playbook site.yml)", markup=False)
+    out.print(f"run it: see {output / 'README.md'} ({shlex.join(['cd', str(output)])} && ansible-playbook site.yml)",
+              markup=False)
 
 
 AskBecomePassOpt = Annotated[
@@ -148,7 +151,13 @@ def apply(
     if not check:
         _print_ready(found.groups, outcome, skip_frameworks=skip_frameworks)
     if outcome.fleet.exit_code != EXIT_OK:
-        _print_failed_apply_hints(check=check, inventory=inventory)
+        retry = ["provision", "apply", *([str(profile)] if profile else []), "-i", str(inventory),
+                 *(["--os", os_override] if os_override else []), *(["--skip-frameworks"] if skip_frameworks else []),
+                 *(["--tags", tags] if tags else []), *[w for i in index or [] for w in ("--index", i)],
+                 *(["-K"] if ask_become_pass else []),
+                 *(["--vault-password-file", str(vault_password_file)] if vault_password_file else []),
+                 *(["--no-check"] if no_check else []), *(["--yes"] if yes else []), "--failed"]
+        _print_failed_apply_hints(check=check, retry=retry if inventory else None)
     if outcome.error is not None:
         raise outcome.error
     raise typer.Exit(outcome.exit_code)
@@ -166,13 +175,15 @@ def _become_password() -> str | None:
     return typer.prompt("BECOME password", hide_input=True, default="", show_default=False) or None
 
 
-def _print_failed_apply_hints(*, check: bool, inventory: Path | None) -> None:
+def _print_failed_apply_hints(*, check: bool, retry: list[str] | None) -> None:
+    """After a run that did not succeed everywhere: what --check cannot know, and the command (shell-quoted, as the
+    apply was given, with --failed) that retries only the hosts that did not succeed."""
     if check:
         err.print("note: --check installs nothing; a role that needs what an earlier step installs says what it "
                   "cannot predict and stops (lines above); a step that failed here would fail in a real apply",
                   markup=False)
-    if inventory:
-        err.print(f"retry the hosts that did not succeed: provision apply ... -i {inventory} --failed", markup=False)
+    if retry:
+        err.print(f"retry the hosts that did not succeed: {shlex.join(retry)}", markup=False)
 
 
 class _ApplyDisplay:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -60,10 +61,12 @@ def sandbox_up(
     hostvars = {n: {"provision_os": os_name, **({"provision_profile": profile} if profile else {})} for n in names}
     if output:
         write_yaml(sandbox.inventory(names, hostvars=hostvars, connection=connection), output)
-        out.print(f"wrote {output}: provision apply {'' if profile else 'PROFILE '}-i {output}", markup=False)
+        out.print(f"wrote {output}: " + shlex.join(["provision", "apply", *([] if profile else ["PROFILE"]), "-i",
+                                                      str(output)]), markup=False)
     for box in started:
-        out.print(f"{box.name}: running ({os_name}), ssh -i {sandbox.ssh_key()} -p {box.port} "
-                  f"{sandbox.ADMIN}@127.0.0.1", markup=False)
+        out.print(f"{box.name}: running ({os_name}), "
+                  + shlex.join(["ssh", "-i", str(sandbox.ssh_key()), "-p", str(box.port), f"{sandbox.ADMIN}@127.0.0.1"]),
+                  markup=False)
 
 
 def _vm_up(names: list[str], release: str, os_name: str, output: Path | None, profile: str | None,
@@ -81,10 +84,12 @@ def _vm_up(names: list[str], release: str, os_name: str, output: Path | None, pr
         hosts = {n: {**vm.host_connection(n), "provision_os": os_name, **({"provision_profile": profile} if profile else {})}
                  for n in names}
         write_yaml({"all": {"hosts": hosts}}, output)
-        out.print(f"wrote {output}: provision apply {'' if profile else 'PROFILE '}-i {output}", markup=False)
+        out.print(f"wrote {output}: " + shlex.join(["provision", "apply", *([] if profile else ["PROFILE"]), "-i",
+                                                      str(output)]), markup=False)
     for box in started:
-        out.print(f"{box.name}: running ({os_name}, QEMU, {firmware} firmware), ssh -i {sandbox.ssh_key()} -p {box.port} "
-                  f"{sandbox.ADMIN}@127.0.0.1", markup=False)
+        out.print(f"{box.name}: running ({os_name}, QEMU, {firmware} firmware), "
+                  + shlex.join(["ssh", "-i", str(sandbox.ssh_key()), "-p", str(box.port), f"{sandbox.ADMIN}@127.0.0.1"]),
+                  markup=False)
 
 
 @sandbox_app.command("down")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from ruamel.yaml.comments import TaggedScalar
 
 import provision.verify
 from provision import __version__
-from provision.errors import printable
+from provision.errors import UsageError, printable
 from provision.models import Plan
 from provision.resources import share_dir
 from provision.verify.expect import Expect
@@ -226,6 +228,15 @@ def _header(path: Path, source: str) -> None:
     path.write_text("---\n" + header + path.read_text().removeprefix("---\n"))
 
 
+def check_ansible_path(path: str | Path, what: str) -> None:
+    """Refuse a path Ansible would not open: it expands $NAME (and ${NAME}) in the paths it is given (an inventory,
+    a playbook, a directory's ansible.cfg), so it would read another file, or none."""
+    text = str(Path(path).resolve())
+    if os.path.expandvars(text) != text:
+        raise UsageError(f"{what} {path}: Ansible reads '$NAME' in a path as an environment variable and would open "
+                         "another file; use a file and directory whose path has no '$'")
+
+
 EXAMPLE_INVENTORY = {"all": {"hosts": {"gpu-box": {
     "ansible_host": "192.0.2.10",  # TEST-NET-1: never a real machine; put the host's address here
     "ansible_user": "admin",
@@ -258,25 +269,28 @@ def write_standalone(out_dir: str | Path, files: dict[str, Path], *, profile: st
         "[ssh_connection]\n"
         "pipelining = true\n"
     )
-    args = (f"{profile}" + (f" --os {os_override}" if os_override else "")
-            + (" --skip-frameworks" if skip_frameworks else "") + (f" --base-image {base_image}" if base_image else ""))
+    # The commands a person copies: each word shell-quoted (a profile path with a space, a quote or a `$` runs on
+    # that file), the profile absolute so that they run from any directory, `cd` included.
+    args = [str(Path(profile).resolve()), *(["--os", os_override] if os_override else []),
+            *(["--skip-frameworks"] if skip_frameworks else []), *(["--base-image", base_image] if base_image else [])]
+    docker_build = shlex.join(["docker", "build", "-t", image_tag, str(out)])
     if image_context:
-        docker = (f"    docker build -t {image_tag} {out}\n\n"
+        docker = (f"    {docker_build}\n\n"
                   "The build context (wheels/, provision/, docker/) is in this directory; the wheels were downloaded "
                   "for the base image's Python and C library.\n")
     else:
-        docker = (f"    provision render {args} -o {out} --image-context\n"
-                  f"    docker build -t {image_tag} {out}\n\n"
+        docker = (f"    {shlex.join(['provision', 'render', *args, '-o', str(out), '--image-context'])}\n"
+                  f"    {docker_build}\n\n"
                   "The Dockerfile installs the plan's wheels from its build context (no step needs the network); "
                   "`--image-context` downloads them into this directory first, beside provision/ and docker/. "
-                  f"`provision build {args}` does both in one step.\n")
+                  f"`{shlex.join(['provision', 'build', *args])}` does both in one step.\n")
     written["readme"] = out / "README.md"
     written["readme"].write_text(
-        f"# Rendered by provision from {profile}\n\n"
+        f"# Rendered by provision from {printable(profile)}\n\n"
         "Edit the profile and render again rather than editing these files.\n\n"
         "## Provision hosts with Ansible\n\n"
         f"Put your hosts in inventory.yml, then, in this directory:\n\n"
-        f"    cd {out}\n"
+        f"    {shlex.join(['cd', str(out)])}\n"
         "    ansible-playbook site.yml\n\n"
         "ansible.cfg names the roles, provision's Ansible modules and the inventory. Add `--check` for a dry run, "
         "`-K` when sudo asks for a password. The play escalates with sudo (`become: true`).\n\n"
