@@ -30,6 +30,7 @@ from provision.fleet import (
     verify_line,
 )
 from provision.models import Plan
+from provision.runners.ansible import NO_HOST_KEY_CHECKING, host_key_checking_off
 
 
 def sandbox_release(plan: Plan) -> str:
@@ -233,7 +234,10 @@ def ssh_command(host: str, hostvars: dict) -> list[str] | None:
         cmd += ["-i", str(hostvars["ansible_ssh_private_key_file"])]
     if hostvars.get("ansible_port"):
         cmd += ["-p", str(hostvars["ansible_port"])]
-    cmd += shlex.split(str(hostvars.get("ansible_ssh_common_args") or ""))
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        cmd += shlex.split(str(hostvars.get(var) or ""))
+    if host_key_checking_off(hostvars):  # as the inventory says, and as the playbook's connections did
+        cmd += NO_HOST_KEY_CHECKING
     user = hostvars.get("ansible_user")
     address = str(hostvars.get("ansible_host") or host)
     return [*cmd, f"{user}@{address}" if user else address]

@@ -31,7 +31,7 @@ from provision.models import Plan
 from provision.pipeline import display_path, plan_for
 from provision.render.ansible import check_ansible_path, plan_digest, render_fleet
 from provision.resources import share_dir
-from provision.runners.ansible import run_playbook
+from provision.runners.ansible import run_playbook, write_host_key_vars
 from provision.runners.testinfra import run_check
 from provision.state import StateError, write_record
 
@@ -274,6 +274,7 @@ def apply_groups(
             work = keep_dir or Path(tmp)
             files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
                                  skip_frameworks=skip_frameworks)
+            write_host_key_vars(work, {h: g.hostvars.get(h, {}) for g in groups for h in g.hosts})
             started = time.monotonic()
             try:
                 # A file inventory is used where it is: its group_vars/, host_vars/ and plugin name (aws_ec2.yml)

@@ -139,6 +139,10 @@ def apply(
                       markup=False)
         for line in plan_text(group.plan):
             out.print(line, markup=False)
+    from provision.runners.ansible import host_key_warnings
+
+    for line in host_key_warnings({h: g.hostvars.get(h, {}) for g in found.groups for h in g.hosts}):
+        err.print(line, markup=False)
     if not yes and not check:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None

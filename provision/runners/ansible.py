@@ -6,6 +6,7 @@ Exit codes (provision.errors): 0 every host ok, 1 a host failed, 3 a host was un
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -221,6 +222,104 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
     return data.get("host", "?"), data.get("task", "?"), state, msg
 
 
+# --- host key checking, as the user's Ansible has it -------------------------------------------------------------
+# Ansible checks a host's SSH key against known_hosts unless host_key_checking is off (the host's variables, then
+# ANSIBLE_HOST_KEY_CHECKING, then ansible.cfg) or the host's ssh arguments say StrictHostKeyChecking=no, which ssh
+# honours because Ansible's ssh connection puts no such option before them. Mitogen's connection (strategy_env) puts
+# `StrictHostKeyChecking yes` before them, so provision tells it the host's checking is off, and says so.
+HOST_KEY_VARS = ("ansible_ssh_host_key_checking", "ansible_host_key_checking")  # Ansible's order of precedence
+SSH_ARG_VARS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")  # their order on the line
+# What the playbook's connections (Mitogen's check_host_keys=ignore) do when checking is off; provision's own ssh
+# (the tunnel, the token) adds these after the inventory's arguments, which win where they say otherwise.
+NO_HOST_KEY_CHECKING = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                        "-o", "GlobalKnownHostsFile=/dev/null")
+
+
+@functools.cache
+def configured_host_key_checking() -> tuple[bool, str]:
+    """host_key_checking as ansible-playbook started here has it (ANSIBLE_HOST_KEY_CHECKING, then ANSIBLE_CONFIG,
+    ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg; on by default), and where that came from."""
+    try:
+        from ansible.config.manager import ConfigManager
+
+        value, origin = ConfigManager().get_config_value_and_origin("HOST_KEY_CHECKING")
+    except Exception:  # no ansible-core, or a configuration it cannot read: the run itself reports that
+        return True, "Ansible's default"
+    if origin.startswith("env:"):
+        name = origin.split(":", 1)[1].strip()
+        return bool(value), f"{name}={os.environ.get(name, value)} in the environment"
+    return bool(value), "Ansible's default" if origin == "default" else f"host_key_checking = {value} in {origin}"
+
+
+def _ansible_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    return True if text in ("yes", "on", "true", "1", "y", "t") else False if text in (
+        "no", "off", "false", "0", "n", "f") else None
+
+
+def ssh_option(args: str, name: str) -> str | None:
+    """The value of ssh option `name` in these arguments (`-o Name=value`, `-o 'Name value'`, `-oName=value`): the
+    first one given, as ssh takes it."""
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return None
+    for i, word in enumerate(words):
+        text = words[i + 1] if word == "-o" and i + 1 < len(words) else word[2:] if word.startswith("-o") else ""
+        key, _, value = text.strip().replace("=", " ", 1).partition(" ")
+        if key.lower() == name.lower():
+            return value.strip()
+    return None
+
+
+def host_key_checking_off(hostvars: dict[str, Any]) -> str | None:
+    """None when Ansible checks this host's SSH key (known_hosts; an unknown or changed key is refused); otherwise
+    the setting that turned the checking off, as a person finds it (`ansible_ssh_common_args:
+    StrictHostKeyChecking=no`, `ansible_host_key_checking: false`, `ANSIBLE_HOST_KEY_CHECKING=False in the
+    environment`, ...)."""
+    for var in HOST_KEY_VARS:
+        value = _ansible_bool(hostvars.get(var)) if var in hostvars else None
+        if value is not None:
+            if not value:
+                return f"{var}: {hostvars[var]}"
+            break
+    else:
+        value, where = configured_host_key_checking()
+        if not value:
+            return where
+    for var in SSH_ARG_VARS:
+        strict = ssh_option(str(hostvars.get(var) or ""), "StrictHostKeyChecking")
+        if strict is not None:
+            return f"{var}: StrictHostKeyChecking={strict}" if strict.lower() in ("no", "off") else None
+    return None
+
+
+def host_key_warnings(hostvars: dict[str, dict[str, Any]]) -> list[str]:
+    """One warning line per host whose SSH key the inventory (or the user's Ansible configuration) says not to
+    check, naming the setting: provision checks keys unless told otherwise, and keeps what the user said."""
+    lines = []
+    for host in sorted(hostvars):
+        why = host_key_checking_off(hostvars[host])
+        if why:
+            lines.append(f"warning: {host}: {why}: its SSH host key is not checked, as this setting asks (provision "
+                         "checks it otherwise and refuses an unknown or changed key)")
+    return lines
+
+
+def write_host_key_vars(project_dir: str | Path, hostvars: dict[str, dict[str, Any]]) -> None:
+    """host_vars/HOST.yml beside the playbook (above the inventory's variables) with ansible_host_key_checking off
+    for each host whose checking is off: the playbook's Mitogen connections then leave the key unchecked, as
+    Ansible's own ssh connection would with these settings."""
+    for host, hv in hostvars.items():
+        if host_key_checking_off(hv) and "/" not in host and host not in (".", ".."):
+            path = Path(project_dir) / "host_vars" / f"{host}.yml"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text("# Written by provision: the inventory turns host key checking off for this host.\n"
+                            "ansible_host_key_checking: false\n")
+
+
 def strategy_env() -> dict[str, str]:
     """Run plays with Mitogen's free strategy when it is installed (a dependency of provision): it keeps one Python
     interpreter per host for the whole play instead of starting one per task, and lets each host go at its own
@@ -381,8 +480,10 @@ def run_playbook(
                          # which no supported OS sets). Measured with bench/fleet.py (docs/fleet.md).
                          "ANSIBLE_PIPELINING": "1",
                          # ansible-runner turns host key checking off unless told otherwise; a host whose SSH key
-                         # is unknown or changed must be refused (Ansible's and Mitogen's ssh both honour this).
-                         "ANSIBLE_HOST_KEY_CHECKING": "True",
+                         # is unknown or changed must be refused unless the user's Ansible says otherwise.
+                         # The user's setting (configured_host_key_checking); per host, the inventory's variables
+                         # win over it, as they do in ansible-playbook (write_host_key_vars).
+                         "ANSIBLE_HOST_KEY_CHECKING": str(configured_host_key_checking()[0]),
                          # Ansible's (and Mitogen's) 10 s connect timeout fails hosts whose sshd is merely slow: a
                          # busy controller starting many connections, a fleet on a slow link. Seen at load 12 on 2
                          # cores: "the host did not answer on its SSH port" for a healthy host.

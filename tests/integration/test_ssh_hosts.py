@@ -8,7 +8,9 @@ account with a key. The roles must bring everything else. Here:
   the admin account with `become`;
 - sudo that asks for a password: refused in one line without one; accepted from the inventory, from a vault, and
   from `--ask-become-pass`; the password never appears in any output or state file;
-- a host whose SSH key changed is refused in one line, quickly (no prompt, no hang);
+- a host whose SSH key changed is refused in one line, quickly (no prompt, no hang), unless the inventory turns host
+  key checking off (`ansible_ssh_common_args: -o StrictHostKeyChecking=no ...`), which provision keeps, with one
+  warning line;
 - a port where nothing listens is one line and exit 3.
 
 End to end on such hosts: test_apply.py (DeskMini, Debian 13) and test_apply_p2.py (AWS P2, Debian 12), through
@@ -125,6 +127,18 @@ def test_a_changed_host_key_is_refused_in_one_line(debian12):
         assert failed and "SSH key" in failed[0], output(proc)
         assert "Traceback" not in proc.stderr
         assert seconds < 90, f"refusing a changed key took {seconds:.0f} s"
+        # The same host, from an inventory that turns host key checking off (as ansible-playbook takes it): provision
+        # keeps the inventory's setting, applies, and says so in one warning line naming the host and the setting.
+        hosts = read_yaml(inv)
+        hosts["all"]["hosts"][D12]["ansible_ssh_common_args"] = (
+            "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes -o BatchMode=yes")
+        trusting = write_yaml(hosts, inv.parent / "no-host-key-checking.yml")
+        proc = provision(environ, "apply", "-i", str(trusting), *RECORD_ONLY, timeout=300)
+        assert proc.returncode == 0, output(proc)
+        warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: ") and "host key" in line]
+        assert warned == [f"warning: {D12}: ansible_ssh_common_args: StrictHostKeyChecking=no: its SSH host key is "
+                          "not checked, as this setting asks (provision checks it otherwise and refuses an unknown or "
+                          "changed key)"], output(proc)
     finally:  # trust the new key again for the tests after this one
         port = read_yaml(inv)["all"]["hosts"][D12]["ansible_port"]
         sandbox.pin_host_key(port, host_exec(D12, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"))
