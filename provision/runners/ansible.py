@@ -23,7 +23,7 @@ from typing import Any
 
 from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, RunnerError, printable
-from provision.resources import share_dir
+from provision.resources import collections_dir, share_dir
 
 _RESULT_EVENTS = {
     "runner_on_ok": "ok",
@@ -221,6 +221,15 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
     return data.get("host", "?"), data.get("task", "?"), state, msg
 
 
+def collections_path() -> str:
+    """ANSIBLE_COLLECTIONS_PATH for a run: the shipped collection provision.gpu first, then the account's own
+    (ANSIBLE_COLLECTIONS_PATH when set, else Ansible's default places); a provision.gpu installed there of another
+    version is not the one run."""
+    others = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.pathsep.join(
+        [str(Path("~/.ansible/collections").expanduser()), "/usr/share/ansible/collections"])
+    return os.pathsep.join([str(collections_dir()), others])
+
+
 def strategy_env() -> dict[str, str]:
     """Run plays with Mitogen's free strategy when it is installed (a dependency of provision): it keeps one Python
     interpreter per host for the whole play instead of starting one per task, and lets each host go at its own
@@ -371,7 +380,6 @@ def run_playbook(
                 project_dir=str(Path(project_dir).resolve()),
                 playbook="site.yml",
                 inventory=str(Path(inventory).resolve()),
-                roles_path=[str(share_dir("roles"))],
                 limit=limit,
                 tags=tags,
                 cmdline=cmdline or None,
@@ -389,8 +397,9 @@ def run_playbook(
                          "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "30"),
                          # ansible-playbook from this interpreter's environment, activated or not.
                          "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-                         # provision's own modules (provision_apt_components), shipped next to the roles.
-                         "ANSIBLE_LIBRARY": str(share_dir("plugins") / "modules"),
+                         # The roles (site.yml names them provision.gpu.<role>) and provision's own modules, as
+                         # the collection provision.gpu shipped with this installation, found before any other copy.
+                         "ANSIBLE_COLLECTIONS_PATH": collections_path(),
                          "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
                          procs.TAG_VAR: procs.tagged_env(token)[procs.TAG_VAR],
                          **strategy_env()},
