@@ -23,7 +23,7 @@ from typing import Any
 
 from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, RunnerError, printable
-from provision.resources import collections_dir, share_dir
+from provision.resources import COLLECTION, collections_dir, share_dir
 
 _RESULT_EVENTS = {
     "runner_on_ok": "ok",
@@ -198,6 +198,12 @@ def unpredicted_line(event: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def task_name(data: dict[str, Any]) -> str:
+    """A task's name as a person reads it: "cuda : Install ...", without the collection's prefix that Ansible puts
+    before the name of a role run as provision.gpu.cuda."""
+    return str(data.get("task", "?")).removeprefix(f"{COLLECTION}.")
+
+
 def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
     """(host, task, state, message) for a task-result event, None for any other event."""
     state = _RESULT_EVENTS.get(event.get("event", ""))
@@ -209,7 +215,7 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
         state = "changed"
     msg = ""
     if state == "failed" and connection_lost(res):
-        return data.get("host", "?"), data.get("task", "?"), "unreachable", (
+        return data.get("host", "?"), task_name(data), "unreachable", (
             "the connection to the host was lost during this step (" + _one_line(res.get("msg"))[:120] + ")")
     if state == "failed":
         if data.get("ignore_errors"):
@@ -218,7 +224,7 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
         msg = unreachable_message(res) if _is_become_failure(res) else failure_message(res)
     elif state == "unreachable":
         msg = unreachable_message(res)
-    return data.get("host", "?"), data.get("task", "?"), state, msg
+    return data.get("host", "?"), task_name(data), state, msg
 
 
 def collections_path() -> str:
@@ -323,7 +329,7 @@ def run_playbook(
         if event.get("event") == "playbook_on_stats":
             final.update(event.get("event_data", {}))
         if on_start and event.get("event") == "playbook_on_task_start":
-            on_start(event.get("event_data", {}).get("task", "?"))
+            on_start(task_name(event.get("event_data", {})))
         said = unpredicted_line(event)
         if said is not None:
             unpredicted.setdefault(said[0], []).append(said[1])
