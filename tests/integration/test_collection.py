@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NAME = "pv-collection"
 PROFILE = ROOT / "profiles" / "deskmini.yaml"
-ROLES = ["nvidia_driver", "cuda", "cudnn", "python_env", "jupyter", "gpu_verify"]
+# The issue's list put cuda and cudnn before python_env: with CUDA and cuDNN from PyPI they install into the
+# environment python_env makes, and refuse to run before it ("cuda: the virtual environment /opt/provision/venv does
+# not exist on pv-collection; apply the python_env role first"). The order provision applies (render.ansible.ROLES).
+ROLES = ["nvidia_driver", "python_env", "cuda", "cudnn", "jupyter", "gpu_verify"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.long]
 
