@@ -134,9 +134,14 @@ subprocess.check_call([sys.executable, "-m", "pip", "install", *args])
 def test_ansible_test_sanity_passes(installed):
     """Every sanity test ansible-core ships, with this interpreter (no container): compile, import, pylint, pep8,
     validate-modules (documentation against the argument spec), ansible-doc, yamllint, runtime-metadata, shebang...
-    Where a test has nothing to check (pslint: no PowerShell; changelog: none kept) ansible-test says so itself."""
+    None is skipped; pslint and shellcheck find nothing to check (no PowerShell, no shell scripts)."""
+    from ansible.release import __version__ as core
     from ansible_test._internal.python_requirements import get_venv_packages
 
+    core = ".".join(core.split(".")[:2])
+    assert (ROOT / "tests" / "sanity" / f"ignore-{core}.txt").is_file(), (
+        f"ansible-core {core}: ansible-test reads tests/sanity/ignore-{core}.txt; copy ignore-2.19.txt's entries (each "
+        "with its reason) into it, then check that they are still needed")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     # ansible-test's virtual environments live under HOME: one kept with provision's caches, reused run to run.
     home = cache_root() / "ansible-test"
