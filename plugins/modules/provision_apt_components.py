@@ -56,7 +56,7 @@ options:
     description: JSON file recording what was added.
     type: path
     default: /var/lib/provision/apt-components.json
-author: provision
+author: provision maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

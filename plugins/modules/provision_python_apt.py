@@ -19,13 +19,13 @@ description:
   - C(DPkg::Lock::Timeout) covers dpkg's lock only; apt takes the archives and lists locks without waiting, so a
     run racing another apt (or a container sharing the archive cache) is tried again every 10 seconds within the
     same time budget, O(lock_timeout).
-  - In check mode nothing is run; the result says whether an apply would install it (RV(changed)).
+  - In check mode nothing is run; the result says whether an apply would install it (its C(changed)).
 options:
   lock_timeout:
     description: Seconds to wait, in all, for apt's and dpkg's locks.
     type: int
     default: 300
-author: provision
+author: provision maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -50,7 +50,7 @@ RETRY_S = 10
 
 
 def installed(module: AnsibleModule) -> bool:
-    rc, out, _ = module.run_command(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "python3-apt"])
+    rc, out, _err = module.run_command(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "python3-apt"])
     return rc == 0 and out.startswith("ii")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, RunnerError, printable
-from provision.resources import share_dir
+from provision.resources import COLLECTION, collections_dir, share_dir
 
 _RESULT_EVENTS = {
     "runner_on_ok": "ok",
@@ -199,6 +199,12 @@ def unpredicted_line(event: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def task_name(data: dict[str, Any]) -> str:
+    """A task's name as a person reads it: "cuda : Install ...", without the collection's prefix that Ansible puts
+    before the name of a role run as provision.gpu.cuda."""
+    return str(data.get("task", "?")).removeprefix(f"{COLLECTION}.")
+
+
 def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
     """(host, task, state, message) for a task-result event, None for any other event."""
     state = _RESULT_EVENTS.get(event.get("event", ""))
@@ -210,7 +216,7 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
         state = "changed"
     msg = ""
     if state == "failed" and connection_lost(res):
-        return data.get("host", "?"), data.get("task", "?"), "unreachable", (
+        return data.get("host", "?"), task_name(data), "unreachable", (
             "the connection to the host was lost during this step (" + _one_line(res.get("msg"))[:120] + ")")
     if state == "failed":
         if data.get("ignore_errors"):
@@ -219,7 +225,16 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
         msg = unreachable_message(res) if _is_become_failure(res) else failure_message(res)
     elif state == "unreachable":
         msg = unreachable_message(res)
-    return data.get("host", "?"), data.get("task", "?"), state, msg
+    return data.get("host", "?"), task_name(data), state, msg
+
+
+def collections_path() -> str:
+    """ANSIBLE_COLLECTIONS_PATH for a run: the shipped collection provision.gpu first, then the account's own
+    (ANSIBLE_COLLECTIONS_PATH when set, else Ansible's default places); a provision.gpu installed there of another
+    version is not the one run."""
+    others = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.pathsep.join(
+        [str(Path("~/.ansible/collections").expanduser()), "/usr/share/ansible/collections"])
+    return os.pathsep.join([str(collections_dir()), others])
 
 
 # --- host key checking, as the user's Ansible has it -------------------------------------------------------------
@@ -413,7 +428,7 @@ def run_playbook(
         if event.get("event") == "playbook_on_stats":
             final.update(event.get("event_data", {}))
         if on_start and event.get("event") == "playbook_on_task_start":
-            on_start(event.get("event_data", {}).get("task", "?"))
+            on_start(task_name(event.get("event_data", {})))
         said = unpredicted_line(event)
         if said is not None:
             unpredicted.setdefault(said[0], []).append(said[1])
@@ -470,7 +485,6 @@ def run_playbook(
                 project_dir=str(Path(project_dir).resolve()),
                 playbook="site.yml",
                 inventory=str(Path(inventory).resolve()),
-                roles_path=[str(share_dir("roles"))],
                 limit=limit,
                 tags=tags,
                 cmdline=cmdline or None,
@@ -490,8 +504,9 @@ def run_playbook(
                          "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "30"),
                          # ansible-playbook from this interpreter's environment, activated or not.
                          "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-                         # provision's own modules (provision_apt_components), shipped next to the roles.
-                         "ANSIBLE_LIBRARY": str(share_dir("plugins") / "modules"),
+                         # The roles (site.yml names them provision.gpu.<role>) and provision's own modules, as
+                         # the collection provision.gpu shipped with this installation, found before any other copy.
+                         "ANSIBLE_COLLECTIONS_PATH": collections_path(),
                          "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
                          procs.TAG_VAR: procs.tagged_env(token)[procs.TAG_VAR],
                          **strategy_env()},

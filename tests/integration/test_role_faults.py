@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from provision import sandbox
+from provision.resources import collections_dir
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -57,8 +58,8 @@ def apply(workdir: Path, **extra_vars) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
         ANSIBLE_ROLES_PATH=str(REPO / "roles"),
-        # provision's own modules (provision_facts, provision_apt_components), as provision.runners.ansible passes them.
-        ANSIBLE_LIBRARY=str(REPO / "plugins" / "modules"),
+        # provision's own modules (provision.gpu.provision_facts...), as provision.runners.ansible passes them.
+        ANSIBLE_COLLECTIONS_PATH=str(collections_dir()),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_HOST_KEY_CHECKING="false",
         PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",

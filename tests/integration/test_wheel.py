@@ -31,7 +31,11 @@ def test_wheel_carries_everything_the_pipeline_reads(wheel):
         "provision/data/gpus.yaml",
         "provision/_share/profiles/deskmini.yaml",
         "provision/_share/templates/Dockerfile.j2",
-        "provision/_share/roles/cuda/tasks/main.yml",
+        # The roles and modules as the collection provision.gpu, laid out for ANSIBLE_COLLECTIONS_PATH.
+        "provision/_share/collections/ansible_collections/provision/gpu/roles/cuda/tasks/main.yml",
+        "provision/_share/collections/ansible_collections/provision/gpu/plugins/modules/provision_facts.py",
+        "provision/_share/collections/ansible_collections/provision/gpu/meta/runtime.yml",
+        "provision/_share/collections/ansible_collections/provision/gpu/galaxy.yml",
         "provision/_share/inventory/local.yml",
     ):
         assert required in names, f"{required} missing from {wheel.name}"
@@ -52,3 +56,20 @@ def test_installed_wheel_plans_from_anywhere(wheel, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "470"
+
+
+def test_a_directory_rendered_by_the_installed_wheel_runs_its_collection(wheel, tmp_path):
+    """`provision render` from the wheel: site.yml names provision.gpu.<role>, and ansible.cfg's collections_path (the
+    wheel's provision/_share/collections) resolves every role and module: ansible-playbook's syntax check passes."""
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    env = {"PYTHONPATH": str(site), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "provision", "render", str(site / "provision/_share/profiles/deskmini.yaml"),
+                           "--os", "debian-13", "--skip-frameworks", "-o", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"collections_path = {site / 'provision/_share/collections'}:" in (out / "ansible.cfg").read_text()
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "--syntax-check", "site.yml"], cwd=out,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

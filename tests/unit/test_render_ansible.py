@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 
 from provision.pipeline import plan_for
 from provision.render.ansible import ROLES, ansible_vars, render_ansible
-from provision.resources import share_dir
+from provision.resources import collections_dir, share_dir
 from provision.sandbox import inventory as sandbox_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,12 +86,13 @@ def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
     files = render_ansible(deskmini, tmp_path, inventory=sandbox_inventory(["pv-syntax"], connection="docker"))
     assert (tmp_path / "plan.json").is_file()
     play = YAML(typ="safe").load(files["playbook"].read_text())[0]
-    assert [r["role"] for r in play["roles"]] == list(ROLES) and play["become"] is True
+    # By the collection's names: the same playbook runs wherever provision.gpu is installed.
+    assert [r["role"] for r in play["roles"]] == [f"provision.gpu.{r}" for r in ROLES] and play["become"] is True
     proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(files["inventory"]), "site.yml"],
                           cwd=tmp_path, capture_output=True, text=True,
-                          env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(share_dir("roles")),
-                               # provision's own modules, where `provision apply` points Ansible (runners.ansible)
-                               "ANSIBLE_LIBRARY": str(share_dir("plugins") / "modules"), "HOME": str(tmp_path)})
+                          env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path),
+                               # The roles and modules as the collection, where `provision apply` points Ansible
+                               "ANSIBLE_COLLECTIONS_PATH": str(collections_dir())})
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -101,7 +102,7 @@ def test_rendered_playbook_passes_ansible_lint(deskmini, tmp_path):
     render_ansible(deskmini, tmp_path)
     proc = subprocess.run([str(BIN / "ansible-lint"), "--offline", "--format=pep8", "site.yml"], cwd=tmp_path,
                           capture_output=True, text=True,
-                          env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(share_dir("roles")),
-                               # provision's own modules, where `provision apply` points Ansible (runners.ansible)
-                               "ANSIBLE_LIBRARY": str(share_dir("plugins") / "modules"), "HOME": str(tmp_path)})
+                          env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path),
+                               # The roles and modules as the collection, where `provision apply` points Ansible
+                               "ANSIBLE_COLLECTIONS_PATH": str(collections_dir())})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -121,17 +122,30 @@ def test_roles_read_the_environment_with_provision_facts_not_a_copied_script():
     assert not sorted(ROLES_DIR.glob("*/files/check_requirements.py"))
     for role in ["python_env", "cuda", "cudnn", "jupyter", "gpu_verify"]:
         text = "".join(p.read_text() for p in (ROLES_DIR / role / "tasks").glob("*.yml"))
-        assert "provision_facts:" in text and "check_requirements" not in text, role
+        assert "provision.gpu.provision_facts:" in text and "check_requirements" not in text, role
+
+
+MODULE_NAMES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
+
+
+@pytest.mark.parametrize("role", ALL_ROLES)
+def test_roles_call_provisions_modules_by_the_collections_name(role: str) -> None:
+    """provision.gpu.provision_facts, never the short name: the same task resolves in the collection installed
+    anywhere, through provision's shipped copy (apply, render) and in molecule, without a library path."""
+    for path in (ROLES_DIR / role).rglob("*.yml"):
+        for name in MODULE_NAMES:
+            assert not re.search(rf"^\s+(- )?{name}:\s*$", path.read_text(), re.M), f"{path}: {name} without provision.gpu."
 
 
 @pytest.mark.parametrize("scenario", sorted(ROLES_DIR.glob("*/molecule/*/molecule.yml")), ids=lambda p: f"{p.parts[-4]}/{p.parts[-2]}")
 def test_scenarios_find_provisions_own_modules(scenario: Path) -> None:
-    """Roles call provision_apt_components, provision_facts and provision_python_apt (plugins/modules); molecule finds them through
-    ANSIBLE_LIBRARY."""
+    """Roles call provision.gpu.provision_apt_components, provision_facts and provision_python_apt (plugins/modules);
+    molecule finds them through ANSIBLE_COLLECTIONS_PATH: the checkout's collections/ layout."""
     env = load(scenario)["provisioner"]["env"]
-    library = env["ANSIBLE_LIBRARY"].replace("${MOLECULE_PROJECT_DIRECTORY}", str(scenario.parents[2]))
-    for module in ["provision_apt_components.py", "provision_facts.py", "provision_python_apt.py"]:
-        assert (Path(library) / module).is_file(), library
+    assert "ANSIBLE_LIBRARY" not in env
+    path = env["ANSIBLE_COLLECTIONS_PATH"].replace("${MOLECULE_PROJECT_DIRECTORY}", str(scenario.parents[2]))
+    for module in MODULE_NAMES:
+        assert (Path(path) / "ansible_collections/provision/gpu/plugins/modules" / f"{module}.py").is_file(), path
 
 
 @pytest.mark.parametrize("role", ALL_ROLES)
@@ -149,4 +163,4 @@ def test_roles_that_use_apt_install_python3_apt_first(role: str) -> None:
     included = main[step].get("ansible.builtin.include_tasks")
     assert included == "python3_apt.yml", main[step]
     steps = load(tasks / included)
-    assert step < first_apt_user and "provision_python_apt" in steps[0], steps[0]
+    assert step < first_apt_user and "provision.gpu.provision_python_apt" in steps[0], steps[0]

@@ -62,3 +62,13 @@ def test_a_roles_own_failure_is_kept_whole_with_its_advice_at_the_end() -> None:
     assert state == "failed" and line.endswith(advice)
     _, _, _, other = task_line(event("runner_on_failed", "some module: " + "y" * 500 + advice))
     assert len(other) < 400 and advice not in other
+
+
+def test_a_task_of_a_collection_role_reads_as_before():
+    """site.yml names the roles provision.gpu.<role>; Ansible puts that before each task's name. Lines and timings
+    keep the role's short name, as they read before the roles became a collection."""
+    kind = {"event": "runner_on_ok", "event_data": {"host": "gpu1", "task": "provision.gpu.cuda : Install the wheels",
+                                                    "res": {"changed": True}}}
+    assert task_line(kind) == ("gpu1", "cuda : Install the wheels", "changed", "")
+    kind["event_data"]["task"] = "Gathering Facts"
+    assert task_line(kind)[1] == "Gathering Facts"

@@ -107,7 +107,7 @@ def main() -> int:
     args = parser.parse_args()
     runtime, runtime_lib, runtime_errors, runtime_how = load_version(
         candidates("libcudart.so*", args.venv, args.home), "cudaRuntimeGetVersion", two_ints=False)
-    nvrtc, nvrtc_lib, nvrtc_errors, _ = load_version(
+    nvrtc, nvrtc_lib, nvrtc_errors, _nvrtc_how = load_version(
         candidates("libnvrtc.so*", args.venv, args.home), "nvrtcVersion", two_ints=True)
     lib_dirs = sorted({os.path.dirname(p) for p in (runtime_lib, nvrtc_lib) if p})
     report = {
