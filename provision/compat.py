@@ -164,6 +164,9 @@ class NvidiaRepoEntry(BaseModel):
 class NvidiaRepo(_Row):
     url: str
     keyring_package: str
+    key_file: str  # the signing key, beside the repository's packages (url + key_file)
+    key_fingerprint: str  # 40 hex digits: an image uses the fetched key only when its fingerprint is this
+    arch_dirs: dict[str, str]  # machine architecture -> the repository's directory ({arch} in url)
     toolkit_packages: tuple[str, ...]
     runtime_packages: tuple[str, ...]
     repos: tuple[NvidiaRepoEntry, ...]

@@ -9,9 +9,12 @@ That is parsing, not a stand-in for a program: on `/` the real nvidia-smi and ls
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from io import StringIO
 from pathlib import Path
@@ -21,7 +24,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from provision.compat import load_db
-from provision.errors import ProvisionError, UsageError
+from provision.errors import ProvisionError, UsageError, printable
 from provision.loader import load_profile
 from provision.models import Profile
 from provision.resources import share_dir
@@ -49,6 +52,28 @@ class Reader:
         except OSError:
             return None
 
+    def python_environments(self) -> str | None:
+        """One JSON line per Python environment of the machine: the interpreter, its prefix and the framework
+        modules it finds. On `/` the probe runs in python3 and python on PATH, $VIRTUAL_ENV's, $CONDA_PREFIX's and
+        /usr/bin/python3; elsewhere it is read from <root>/commands/python-frameworks.txt."""
+        if not self.live:
+            return self.file("commands/python-frameworks.txt")
+        candidates = [shutil.which("python3"), shutil.which("python")]
+        for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+            if os.environ.get(var):
+                candidates.append(str(Path(os.environ[var]) / "bin" / "python"))
+        candidates.append("/usr/bin/python3")
+        lines = []
+        for exe in dict.fromkeys(c for c in candidates if c and os.access(c, os.X_OK)):
+            try:
+                proc = subprocess.run([exe, "-c", _FRAMEWORK_PROBE, *FRAMEWORK_MODULES], capture_output=True,
+                                      text=True, timeout=60, env={**os.environ, "PYTHONNOUSERSITE": "1"})
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if proc.returncode == 0 and proc.stdout.strip():
+                lines.append(proc.stdout.strip().splitlines()[-1])
+        return "\n".join(lines)
+
     def command(self, name: str, args: list[str]) -> str | None:
         if not self.live:
             return self.file(f"commands/{name}.txt")
@@ -60,6 +85,37 @@ class Reader:
         except (OSError, subprocess.SubprocessError):
             return None
         return proc.stdout if proc.returncode == 0 else None
+
+
+# The frameworks doctor looks for in the machine's Python environments: import name -> the profile's framework name
+# (None: found and reported, but provision does not plan it).
+FRAMEWORK_MODULES: dict[str, str | None] = {"torch": "pytorch", "tensorflow": "tensorflow", "jax": None}
+# Run in each interpreter: which of the modules its import system finds (without importing them: TensorFlow's import
+# takes seconds and may print to the terminal) and their installed versions. One JSON line.
+_FRAMEWORK_PROBE = """
+import importlib.metadata, importlib.util, json, sys
+found = {}
+for mod in sys.argv[1:]:
+    try:
+        spec = importlib.util.find_spec(mod)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        continue
+    try:
+        found[mod] = importlib.metadata.version(mod)
+    except importlib.metadata.PackageNotFoundError:
+        found[mod] = None
+print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "found": found}))
+"""
+
+
+@dataclass
+class FrameworkSeen:
+    module: str  # torch | tensorflow | jax
+    version: str | None
+    python: str  # the interpreter that finds it
+    prefix: str  # its environment (sys.prefix)
 
 
 @dataclass
@@ -87,6 +143,7 @@ class Machine:
     driver_version: str | None = None
     jetson_model: str | None = None
     l4t: str | None = None  # Jetson: L4T release from /etc/nv_tegra_release, e.g. 32.7.1
+    frameworks: list[FrameworkSeen] = field(default_factory=list)  # found in the machine's Python environments
 
 
 def parse_os_release(text: str | None) -> dict[str, str]:
@@ -159,6 +216,26 @@ def parse_tegra_release(text: str | None) -> str | None:
     return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
+def parse_python_environments(text: str | None) -> list[FrameworkSeen]:
+    """The framework probe's JSON lines -> what each environment finds, one entry per (environment, module); an
+    environment seen through two interpreters (python3 and python on PATH) counts once."""
+    seen: list[FrameworkSeen] = []
+    prefixes: set[str] = set()
+    for line in (text or "").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("found"), dict) or row.get("prefix") in prefixes:
+            continue
+        prefixes.add(str(row.get("prefix")))
+        for module, version in sorted(row["found"].items()):
+            if module in FRAMEWORK_MODULES:
+                seen.append(FrameworkSeen(module, version if isinstance(version, str) else None,
+                                          str(row.get("python")), str(row.get("prefix"))))
+    return seen
+
+
 def read_machine(root: Path | str = "/") -> Machine:
     r = Reader(root)
     osr = parse_os_release(r.file("etc/os-release"))
@@ -185,6 +262,7 @@ def read_machine(root: Path | str = "/") -> Machine:
         m.driver_version = vm.group(1) if vm else None
     if not m.driver_version and m.gpus:
         m.driver_version = m.gpus[0].driver_version
+    m.frameworks = parse_python_environments(r.python_environments())
     m.l4t = parse_tegra_release(r.file("etc/nv_tegra_release"))
     if m.l4t:
         model = (r.file("proc/device-tree/model") or "").strip("\x00 \n") or None
@@ -252,6 +330,31 @@ def _load_profile(path: Path) -> Any:
         return None
 
 
+def default_frameworks(profiles: list[tuple[Path, Any]]) -> list[str]:
+    """The framework the shipped profiles plan most often (pytorch), for a machine where none is found."""
+    counts = Counter(f.name for _, prof in profiles for f in prof.software.frameworks)
+    return [counts.most_common(1)[0][0]] if counts else []
+
+
+def choose_frameworks(machine: Machine, profiles: list[tuple[Path, Any]] | None = None) -> tuple[list[str], str]:
+    """(framework names for software.frameworks, why): those the machine's Python environments find, or the shipped
+    profiles' default where they find none that provision plans."""
+    found = [f for f in machine.frameworks if FRAMEWORK_MODULES.get(f.module)]
+    other = [f for f in machine.frameworks if not FRAMEWORK_MODULES.get(f.module)]
+    names = sorted({str(FRAMEWORK_MODULES[f.module]) for f in found})
+    what = ", ".join(f"{f.module} {f.version or '(version unknown)'} in {f.python}" for f in found)
+    if names:
+        why = f"found {what}"
+    else:
+        names = default_frameworks(shipped_profiles() if profiles is None else profiles)
+        why = ("the shipped profiles' default: no torch or tensorflow found in this machine's Python environments"
+               if names else "none: no framework found, and no shipped profile names one")
+    if other:
+        why += "; also found " + ", ".join(f"{f.module} {f.version or ''} in {f.python}".replace("  ", " ")
+                                           for f in other) + ", which provision does not plan"
+    return names, why
+
+
 @dataclass
 class Match:
     profile: str
@@ -268,6 +371,8 @@ class Diagnosis:
     matches: list[Match]
     warnings: list[str]
     notes: list[str]
+    frameworks: list[str] = field(default_factory=list)  # what `--write` puts in software.frameworks
+    frameworks_why: str = ""
 
     @property
     def best(self) -> Match | None:
@@ -280,6 +385,7 @@ class Diagnosis:
             "best": asdict(self.best) if self.best else None,
             "warnings": self.warnings,
             "notes": self.notes,
+            "frameworks": {"write": self.frameworks, "why": self.frameworks_why},
         }
 
     def text_lines(self) -> list[str]:
@@ -299,6 +405,9 @@ class Diagnosis:
         lines.append(f"driver:  {m.driver_version or 'none loaded'}")
         if m.l4t:
             lines.append(f"jetson:  {m.jetson_model or 'unknown module'}, L4T {m.l4t}")
+        if m.gpus:
+            names = ", ".join(self.frameworks) or "none"
+            lines.append(f"frameworks: {names} ({self.frameworks_why}); --write writes software.frameworks: {names}")
         best = self.best
         if best:
             lines.append(f"profile: {best.profile} matches ({best.path})")
@@ -393,7 +502,9 @@ def diagnose(root: Path | str = "/", profiles_dir: Path | None = None) -> Diagno
             "the GPU is on the PCI bus but no NVIDIA driver answers (nvidia-smi missing or failing): "
             "`provision apply` installs the planned driver"
         )
-    diag = Diagnosis(machine=machine, matches=matches, warnings=warnings, notes=notes)
+    names, why = choose_frameworks(machine, profiles)
+    diag = Diagnosis(machine=machine, matches=matches, warnings=warnings, notes=notes, frameworks=names,
+                     frameworks_why=why)
     if diag.best is not None:
         prof = next(p for path, p in profiles if str(path) == diag.best.path)
         warnings.extend(warnings_for(machine, prof, db))
@@ -475,9 +586,14 @@ def _same_release(a: str, b: str) -> bool:
     return pa + [0] * (n - len(pa)) == pb + [0] * (n - len(pb))
 
 
-def write_profile(machine: Machine, path: Path, name: str | None = None) -> Path:
-    """Write a profile YAML for `machine`, validated by the same model the loader uses."""
+def write_profile(machine: Machine, path: Path, name: str | None = None,
+                  profiles: list[tuple[Path, Any]] | None = None) -> Path:
+    """Write a profile YAML for `machine`, validated by the same model the loader uses. Its software.frameworks are
+    the frameworks the machine's Python environments find, or the shipped profiles' default (`profiles`, read from
+    the shipped directory when None); a comment in the file says which and why."""
     data = profile_dict(machine, name or path.stem)
+    names, why = choose_frameworks(machine, profiles)
+    data["software"] = {"frameworks": [{"name": n} for n in names]}
     try:
         Profile.model_validate(data)
     except ValidationError as exc:
@@ -488,6 +604,7 @@ def write_profile(machine: Machine, path: Path, name: str | None = None) -> Path
     yaml.default_flow_style = False
     buf = StringIO()
     buf.write("# Written by `provision doctor --write`; check it, then `provision plan` it.\n")
+    buf.write(f"# software.frameworks: {', '.join(names) or 'none'} ({printable(why)}).\n")
     yaml.dump(data, buf)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(buf.getvalue())

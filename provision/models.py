@@ -346,6 +346,16 @@ class VerifyPlan(_Frozen):
     numpy_requirement: str
 
 
+class AptRepoPlan(_Frozen):
+    """An apt repository the image adds on a plain distribution base (NVIDIA's CUDA repository): the image fetches
+    the signing key and uses it only when its fingerprint is `key_fingerprint`."""
+
+    url: str  # the repository's directory, ending in '/': `deb [signed-by=...] URL /`
+    key_url: str
+    key_fingerprint: str  # 40 upper-case hex digits
+    name: str  # file stem under /etc/apt/sources.list.d and /usr/share/keyrings
+
+
 class ImagePlan(_Frozen):
     base_image: str  # for the GPU runtime stage, e.g. nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
     platform: str  # linux/amd64 | linux/arm64
@@ -354,6 +364,9 @@ class ImagePlan(_Frozen):
     # The base image's content digest (sha256:...) when `provision build` has seen it: the plan's JSON then pins
     # the base, and a build from that saved plan refuses a base whose content differs. None in a resolved plan.
     base_digest: str | None = None
+    # NVIDIA's CUDA repository, added by the image where the base is a plain distribution image and the plan installs
+    # CUDA or cuDNN from it (no nvidia/cuda image for that CUDA and OS release). None otherwise.
+    apt_repository: AptRepoPlan | None = None
 
 
 class Plan(_Frozen):

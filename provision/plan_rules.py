@@ -120,6 +120,7 @@ _image = _pattern(IMAGE_REF, "an image reference ([registry/]name[:tag][@sha256:
 _digest = _pattern(DIGEST, "an image digest (sha256:<64 hex digits>)")
 _platform = _pattern(re.compile(r"linux/(?:amd64|arm64)"), "linux/amd64 or linux/arm64")
 _branch = _pattern(re.compile(r"[0-9]{3}"), "a driver branch (three digits)")
+_fingerprint = _pattern(re.compile(r"[0-9A-F]{40}"), "an OpenPGP fingerprint (40 upper-case hex digits)")
 _cpu_flag = _pattern(re.compile(r"[a-z0-9_.]{1,32}"), "a CPU flag")
 
 # Field path (list indices as "*") -> rule. Strings in fields not named here are held to the common rule only:
@@ -165,6 +166,11 @@ RULES: dict[tuple[str, ...], Rule] = {
     ("image", "base_digest"): _digest,
     ("image", "platform"): _platform,
     ("image", "apt_packages", "*"): _apt,
+    # Shell words of the Dockerfile's repository step (inside single quotes there, too).
+    ("image", "apt_repository", "url"): _url,
+    ("image", "apt_repository", "key_url"): _url,
+    ("image", "apt_repository", "key_fingerprint"): _fingerprint,
+    ("image", "apt_repository", "name"): _token,
 }
 # Fields whose rule depends on a sibling: the part's packages are pip requirements when its source is pypi.
 SIBLING_RULES: dict[tuple[str, ...], Callable[[str, dict[str, Any]], str | None]] = {

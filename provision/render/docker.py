@@ -158,7 +158,7 @@ def cuda_apt_packages(plan: Plan) -> tuple[str, ...]:
             continue
         if part == "cuda" and kind != "plain" or part == "cudnn" and base_has_cudnn(plan.image.base_image):
             continue  # already in the base image
-        if source == "nvidia-repo" and kind == "plain":
+        if source == "nvidia-repo" and kind == "plain" and plan.image.apt_repository is None:
             raise UsageError(
                 f"{plan.profile}: the plan installs {part} from NVIDIA's apt repository, which the plain base image "
                 f"{plan.image.base_image} does not have configured; use an nvidia/cuda base image (--base-image) "
@@ -350,6 +350,9 @@ def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, ski
         frameworks_label=frameworks_label(plan, skip_frameworks=skip_frameworks),
         apt_packages=apt,
         cuda_apt_packages=cuda_apt,
+        # On an nvidia/cuda base (a --base-image) the repository is configured already; a second entry with another
+        # key file would make apt refuse both ("Conflicting values set for option Signed-By").
+        apt_repository=plan.image.apt_repository if kind == "plain" else None,
         wheel_groups=wheel_groups(plan, skip_frameworks=skip_frameworks),
         require_cuda=require,
         require_cuda_why=require_why,

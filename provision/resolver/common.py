@@ -7,6 +7,7 @@ from __future__ import annotations
 from provision.compat import CompatDB, JetPack
 from provision.errors import IncompatibleError
 from provision.models import (
+    AptRepoPlan,
     CudaPlan,
     CudnnPlan,
     FrameworkPlan,
@@ -186,6 +187,7 @@ def image_plan(ctx: Ctx, cuda: CudaPlan, cudnn: CudnnPlan, jp: JetPack | None) -
     db, sw, target = ctx.db, ctx.profile.software, ctx.profile.target
     platform = "linux/arm64" if target.arch == "aarch64" else "linux/amd64"
     apt: set[str] = set(ctx.system.python_packages if ctx.system else ("python3", "python3-venv"))
+    repo: AptRepoPlan | None = None
     if jp is not None:
         base, why = jp.base_image, f"the L4T base of JetPack {jp.jetpack}: containers must match the host's L4T release"
     else:
@@ -210,10 +212,29 @@ def image_plan(ctx: Ctx, cuda: CudaPlan, cudnn: CudnnPlan, jp: JetPack | None) -
             )
             if cuda.source == "debian":
                 apt.update(cuda.packages)
+            repo = nvidia_apt_repository(ctx, cuda, cudnn)
+            if repo is not None:
+                why += (f"; NVIDIA's repository {repo.url} is added, with its key used only when its fingerprint is "
+                        f"{repo.key_fingerprint}")
     source = next((r.source for r in db.images if r.cuda == cuda.version), None) or (
         jp.source if jp is not None else (ctx.system.source if ctx.system else "https://hub.docker.com/")
     )
     ctx.reason("image", base, why + f"; {platform}", source)
-    return ImagePlan(base_image=base, platform=platform, devel=sw.devel, apt_packages=tuple(sorted(apt)))
+    return ImagePlan(base_image=base, platform=platform, devel=sw.devel, apt_packages=tuple(sorted(apt)),
+                     apt_repository=repo)
+
+
+def nvidia_apt_repository(ctx: Ctx, cuda: CudaPlan, cudnn: CudnnPlan) -> AptRepoPlan | None:
+    """NVIDIA's CUDA repository for an image on the distribution's own base, where the plan installs CUDA or cuDNN
+    from it (as the hosts' cuda role adds it); None where nothing planned comes from it."""
+    wanted = (cuda.install and cuda.source == "nvidia-repo") or (cudnn.install and cudnn.source == "nvidia-repo")
+    repo, system = ctx.db.nvidia_repo, ctx.system
+    if not wanted or repo is None or system is None or system.nvidia_repo is None:
+        return None
+    arch = repo.arch_dirs.get(ctx.profile.target.arch)
+    if arch is None:
+        return None
+    url = repo.url.format(slug=system.nvidia_repo, arch=arch)
+    return AptRepoPlan(url=url, key_url=url + repo.key_file, key_fingerprint=repo.key_fingerprint, name="cuda")
 
 

@@ -173,9 +173,27 @@ def framework_kernels(images: fatbin.Images, cc: str, fw_cuda: str | None, drive
                   f"fail with 'no kernel image is available for execution on the device'")
 
 
+def build_cuda(version: str | None) -> str | None:
+    """The CUDA a framework wheel was built for, from its local version label ('2.11.0+cu130' -> '13.0'), or None
+    where the version says none (a PyPI wheel without a label, a CPU build)."""
+    local = version.split("+", 1)[1] if version and "+" in version else ""
+    digits = local[2:] if local.startswith("cu") else ""
+    return f"{int(digits[:-1])}.{digits[-1]}" if len(digits) >= 3 and digits.isdigit() else None
+
+
+def installed_label(package: str, installed: str | None, planned: str | None) -> str:
+    """'torch 2.11.0+cu130 (planned 2.14.1)': a check names what it measured, and the plan's version only as planned."""
+    if installed is None:
+        return f"{package} (version unknown" + (f", planned {planned})" if planned else ")")
+    if planned and framework_version_matches(installed, planned) is None:
+        return f"{package} {installed}"
+    return f"{package} {installed}" + (f" (planned {planned})" if planned else "")
+
+
 def check_framework_kernels(expect: Expect, python: str, cc: str | None, driver_cuda: str | None) -> list[Check]:
     """The compute capability against the GPU code the installed PyTorch was compiled with, read from the fat
-    binaries of its CUDA libraries (torch/lib/*.so): no GPU and no import of torch needed."""
+    binaries of its CUDA libraries (torch/lib/*.so): no GPU and no import of torch needed. The check names the
+    installed torch (its metadata), whose libraries it read; the plan's version appears only as planned."""
     out = []
     for want in expect.frameworks:
         if want.get("name") != "pytorch":
@@ -201,14 +219,19 @@ def check_framework_kernels(expect: Expect, python: str, cc: str | None, driver_
                 read.append(Path(path).name)
             images = images | found
         else:
-            figs = {"cubin": [f"sm_{a}" for a in sorted(images.cubin)], "ptx": [f"compute_{a}" for a in sorted(images.ptx)],
+            figs: dict[str, Any] = {"cubin": [f"sm_{a}" for a in sorted(images.cubin)], "ptx": [f"compute_{a}" for a in sorted(images.ptx)],
                     "libraries": read, "compute_capability": cc}
             if images.empty:
                 out.append(Check(label, FAIL, f"torch in {python} carries no GPU code (a CPU-only build?); "
                                  f"the plan wants its {want.get('variant') or 'CUDA'} build", figs))
                 continue
-            status, detail = framework_kernels(images, cc, want.get("cuda") or None, driver_cuda)
-            out.append(Check(label, status, f"torch {want.get('version')}: {detail} (read from {', '.join(read)})", figs))
+            installed = res.get("version") if isinstance(res.get("version"), str) else None
+            figs |= {"version": installed, "planned_version": want.get("version")}
+            # The JIT question is about the PTX of the installed build: its CUDA, where its version names one.
+            fw_cuda = build_cuda(installed) or want.get("cuda") or None
+            status, detail = framework_kernels(images, cc, fw_cuda, driver_cuda)
+            what = installed_label("torch", installed, want.get("version"))
+            out.append(Check(label, status, f"{what}: {detail} (read from {', '.join(read)})", figs))
     return out
 
 

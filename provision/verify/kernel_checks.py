@@ -18,6 +18,7 @@ import ctypes
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,49 @@ from .report import FAIL, PASS, SKIP, Check, Report
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 # kernel file stem -> entry points it must export
 KERNELS: dict[str, tuple[str, ...]] = {"triad": ("triad",), "reduce": ("reduce_sum",), "sgemm": ("sgemm_128x128",)}
+# The GPU test's reference for the triad (kernels/triad_reference.cu): compiled and timed by that test only.
+REFERENCE_KERNELS: dict[str, tuple[str, ...]] = {"triad_reference": ("triad_unroll4",)}
 SGEMM_TILE, SGEMM_BK, SGEMM_THREADS = 128, 8, 256
 # The register-blocked SGEMM reaches 0.5-0.9x of cuBLAS on the GPUs it was tuned for; below a quarter of cuBLAS it
 # is broken (a lost tile, a bank-conflicted load, spills), whatever the peak percentage says.
 MIN_SGEMM_VS_CUBLAS = 0.25
 BLOCK = 256
+REDUCE_UNROLL = 4  # float4 loads in flight per thread in kernels/reduce.cu (REDUCE_UNROLL there)
+TRIAD_UNROLL = 4  # float4s per thread of the reference kernel triad_unroll4 (kernels/triad_reference.cu)
+BLOCKS_PER_SM = 8  # 2048 resident threads per SM from Kepler to Hopper: one full wave of 256-thread blocks
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The geometry a bandwidth kernel ran with, reported with its figures (`verify --json`: checks[].figures)."""
+
+    grid: int
+    block: int
+    float4_per_thread: int  # float4 loads a thread has in flight per iteration
+    how: str
+
+    def figures(self) -> dict[str, Any]:
+        return {"grid": self.grid, "block": self.block, "float4_per_thread": self.float4_per_thread,
+                "launch": self.how}
+
+
+def triad_launch(n4: int) -> Launch:
+    """One float4 per thread and a grid that covers the array: as fast as PyTorch's triad on an H200 (4215 vs 4268
+    GB/s, n = 2^26), where a grid capped at 8 blocks per SM moved 3914."""
+    return Launch(max(1, -(-n4 // BLOCK)), BLOCK, 1, "grid covers the array, one float4 per thread")
+
+
+def triad_reference_launch(n4: int) -> Launch:
+    return Launch(max(1, -(-n4 // (BLOCK * TRIAD_UNROLL))), BLOCK, TRIAD_UNROLL,
+                  f"grid covers the array, {TRIAD_UNROLL} float4 per thread")
+
+
+def reduce_launch(n4: int, dev: DeviceInfo) -> Launch:
+    """One wave of blocks (8 per SM, few partial sums to add on the host), each thread with REDUCE_UNROLL loads in
+    flight; a smaller array gets a grid that covers it."""
+    grid = max(1, min(-(-n4 // (BLOCK * REDUCE_UNROLL)), dev.sm_count * BLOCKS_PER_SM))
+    return Launch(grid, BLOCK, REDUCE_UNROLL,
+                  f"{BLOCKS_PER_SM} blocks per SM at most, grid-stride, {REDUCE_UNROLL} float4 loads in flight per thread")
 
 
 def kernel_source(stem: str) -> str:
@@ -185,10 +224,6 @@ def _ptr(p: int) -> ctypes.c_uint64:
     return ctypes.c_uint64(p)
 
 
-def _grid_for(n4: int, dev: DeviceInfo) -> int:
-    return max(1, min((n4 + BLOCK - 1) // BLOCK, dev.sm_count * 8))
-
-
 def stream_elements(dev: DeviceInfo, cap: int = 1 << 26) -> int:
     """Elements per array: 2^26 floats (256 MiB, far beyond any L2) or what fits three arrays in a quarter of memory."""
     fit = dev.total_memory_bytes // 4 // (3 * 4)
@@ -248,11 +283,13 @@ def _stream(
 
 
 def _bandwidth_check(
-    name: str, ok: bool, bytes_moved: int, times: list[float], n: int, peaks: dict[str, Any], expect: Expect, bad: str
+    name: str, ok: bool, bytes_moved: int, times: list[float], n: int, peaks: dict[str, Any], expect: Expect, bad: str,
+    launch: Launch,
 ) -> Check:
-    """GB/s of the best run against the peak bandwidth; figures `<name>_gbps` and `<name>_pct_peak`."""
+    """GB/s of the best run against the peak bandwidth; figures `<name>_gbps` and `<name>_pct_peak`, and the launch."""
     best = min(times)
-    figs = {"n": n, "best_ms": round(best, 4), "median_ms": round(float(np.median(times)), 4), "repeats": len(times)}
+    figs = {"n": n, "best_ms": round(best, 4), "median_ms": round(float(np.median(times)), 4), "repeats": len(times),
+            **launch.figures()}
     gbps = bytes_moved / (best / 1e3) / 1e9
     return _pct_check(name, ok, gbps, "GB/s", peaks["bandwidth_gbps"], expect.min_bandwidth_pct, TARGET_BANDWIDTH_PCT,
                       bad, figs, f"{name}_gbps")
@@ -270,11 +307,12 @@ def run_triad(
     a = np.empty_like(b)
     n4 = n // 4
     scalars = [ctypes.c_float(float(s)), ctypes.c_uint64(n4)]
-    times = _stream(drv, fn, _grid_for(n4, dev), [a, b, c], a, scalars, warmup, repeats)
+    launch = triad_launch(n4)
+    times = _stream(drv, fn, launch.grid, [a, b, c], a, scalars, warmup, repeats)
     ref = b + s * c
     ok = bool(np.allclose(a, ref, rtol=1e-6, atol=1e-6))
     bad = f"wrong result: max |a - (b + s*c)| = {float(np.max(np.abs(a - ref))):.3g}"
-    return _bandwidth_check("triad", ok, 3 * n * 4, times, n, peaks, expect, bad)
+    return _bandwidth_check("triad", ok, 3 * n * 4, times, n, peaks, expect, bad, launch)
 
 
 def run_reduce(
@@ -284,14 +322,53 @@ def run_reduce(
     n = stream_elements(dev)
     x = np.random.default_rng(2).random(n, dtype=np.float32)
     n4 = n // 4
-    grid = _grid_for(n4, dev)
-    partial = np.empty(grid, dtype=np.float32)
-    times = _stream(drv, fn, grid, [x, partial], partial, [ctypes.c_uint64(n4)], warmup, repeats)
+    launch = reduce_launch(n4, dev)
+    partial = np.empty(launch.grid, dtype=np.float32)
+    times = _stream(drv, fn, launch.grid, [x, partial], partial, [ctypes.c_uint64(n4)], warmup, repeats)
     got = float(np.sum(partial, dtype=np.float64))
     ref = float(np.sum(x, dtype=np.float64))
     ok = abs(got - ref) <= 1e-4 * abs(ref)
     bad = f"wrong sum: GPU {got:.6g}, NumPy float64 {ref:.6g} (relative error {abs(got - ref) / ref:.2g} > 1e-4)"
-    return _bandwidth_check("reduce", ok, n * 4, times, n, peaks, expect, bad)
+    return _bandwidth_check("reduce", ok, n * 4, times, n, peaks, expect, bad, launch)
+
+
+def triad_vs_reference(
+    drv: Driver, triad_fn: Any, reference_fn: Any, dev: DeviceInfo, warmup: int, repeats: int, rounds: int = 3
+) -> dict[str, Any]:
+    """The verifier's triad and the reference kernel (kernels/triad_reference.cu) timed in the same run on the same
+    arrays, alternately for `rounds` rounds so that a clock or thermal drift hits both; the best GB/s of each, their
+    ratio, both launches, and whether both computed a = b + s*c. For the GPU test (and a GPU machine's own checks)."""
+    n = stream_elements(dev)
+    n4 = n // 4
+    rng = np.random.default_rng(1)
+    b, c = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    a = np.empty_like(b)
+    ref = b + np.float32(3.0) * c
+    kernels = {"triad": (triad_fn, triad_launch(n4)), "reference": (reference_fn, triad_reference_launch(n4))}
+    best = dict.fromkeys(kernels, 0.0)
+    correct = True
+    with device_buffers(drv, a, b, c) as ptrs:
+        drv.htod(ptrs[1], b)
+        drv.htod(ptrs[2], c)
+        args = [*map(_ptr, ptrs), ctypes.c_float(3.0), ctypes.c_uint64(n4)]
+        poison = np.full_like(a, np.nan)  # each kernel's result is its own: `a` is reset before it runs
+        for _ in range(rounds):
+            for name, (fn, launch) in kernels.items():
+                drv.htod(ptrs[0], poison)
+                times = drv.time_ms(lambda fn=fn, launch=launch: drv.launch(fn, (launch.grid, 1, 1), (launch.block, 1, 1),
+                                                                             args), warmup=warmup, repeats=repeats)
+                best[name] = max(best[name], 3 * n * 4 / (min(times) / 1e3) / 1e9)
+                drv.dtoh(a, ptrs[0])
+                correct = correct and bool(np.allclose(a, ref, rtol=1e-6, atol=1e-6))
+    return {
+        "n": n,
+        "triad_gbps": round(best["triad"], 1),
+        "reference_gbps": round(best["reference"], 1),
+        "ratio": round(best["triad"] / best["reference"], 3) if best["reference"] else None,
+        "triad_launch": kernels["triad"][1].figures(),
+        "reference_launch": kernels["reference"][1].figures(),
+        "correct": correct,
+    }
 
 
 def sgemm_tolerance(a: np.ndarray, b: np.ndarray, k: int) -> float:

@@ -11,6 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision.doctor import (
+    choose_frameworks,
     diagnose,
     isa_flags,
     match_profiles,
@@ -238,3 +239,73 @@ def test_written_profile_describes_a_gpu_the_table_does_not_list(tmp_path: Path)
     prof = load_profile(out)
     gpu = prof.hardware.gpu
     assert (gpu.model, gpu.compute_capability, gpu.memory_gb) == ("GeForce RTX 4090 Laptop GPU", "8.9", 16.0)
+
+
+# --- the frameworks a written profile names -----------------------------------------------------------------------
+
+
+def test_the_h200_of_the_gpu_run_gets_the_torch_it_has(tmp_path: Path) -> None:
+    """The H200 (2026-11-25): torch 2.11.0+cu130 in /opt/torch/.venv. Its written profile now plans PyTorch, and the
+    plan of that profile renders (it had no frameworks, and render refused its CUDA 13.2 on ubuntu:24.04)."""
+    machine = read_machine(FIXTURES / "h200")
+    assert [(f.module, f.version, f.prefix) for f in machine.frameworks] == [("torch", "2.11.0+cu130", "/opt/torch/.venv")]
+    diag = diagnose(FIXTURES / "h200", profiles_dir=tmp_path)
+    assert diag.frameworks == ["pytorch"] and "torch 2.11.0+cu130 in /opt/torch/.venv/bin/python3" in diag.frameworks_why
+    assert any(line.startswith("frameworks: pytorch (found torch 2.11.0+cu130") for line in diag.text_lines())
+    out = write_profile(machine, tmp_path / "h200.yaml")
+    text = out.read_text()
+    assert "# software.frameworks: pytorch (found torch 2.11.0+cu130 in /opt/torch/.venv/bin/python3)." in text
+    assert [f.name for f in _load(out).software.frameworks] == ["pytorch"]
+    from provision.pipeline import plan_for
+    from provision.render.docker import render_dockerfile
+
+    plan = plan_for(out)
+    assert plan.framework("pytorch") is not None and plan.cuda.version == "13.2"
+    assert "FROM nvidia/cuda:13.2" in render_dockerfile(plan)
+
+
+def test_without_a_framework_found_the_shipped_profiles_default_is_written(tmp_path: Path) -> None:
+    # The deskmini fixture has no python-frameworks.txt: nothing found. The shipped profiles all plan PyTorch.
+    out = write_profile(read_machine(FIXTURES / "deskmini"), tmp_path / "box.yaml")
+    assert [f.name for f in _load(out).software.frameworks] == ["pytorch"]
+    assert "# software.frameworks: pytorch (the shipped profiles' default: no torch or tensorflow found" in out.read_text()
+    # The default is the shipped profiles' own: profiles that plan TensorFlow make it TensorFlow.
+    tf = _profile(tmp_path, "tf-box", "GeForce GTX 1070", frameworks=["tensorflow"])
+    names, why = choose_frameworks(read_machine(FIXTURES / "deskmini"), [(tf, _load(tf))])
+    assert names == ["tensorflow"] and "default" in why
+
+
+def test_every_environment_counts_once_and_jax_is_reported_not_planned(tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "box"
+    shutil.copytree(FIXTURES / "deskmini", root)
+    (root / "commands" / "python-frameworks.txt").write_text(
+        '{"python": "/usr/bin/python3", "prefix": "/usr", "found": {"jax": "0.4.38"}}\n'
+        '{"python": "/home/u/tf/bin/python", "prefix": "/home/u/tf", "found": {"tensorflow": "2.19.0", "torch": null}}\n'
+        '{"python": "/home/u/tf/bin/python3", "prefix": "/home/u/tf", "found": {"tensorflow": "2.19.0"}}\n'
+        "not json\n"
+    )
+    machine = read_machine(root)
+    assert [(f.module, f.prefix) for f in machine.frameworks] == [
+        ("jax", "/usr"), ("tensorflow", "/home/u/tf"), ("torch", "/home/u/tf")]
+    names, why = choose_frameworks(machine, [])
+    assert names == ["pytorch", "tensorflow"]
+    assert "torch (version unknown) in /home/u/tf/bin/python" in why
+    assert "also found jax 0.4.38 in /usr/bin/python3, which provision does not plan" in why
+    # Only jax: the default, and jax still named.
+    (root / "commands" / "python-frameworks.txt").write_text(
+        '{"python": "/usr/bin/python3", "prefix": "/usr", "found": {"jax": "0.4.38"}}\n')
+    names, why = choose_frameworks(read_machine(root), [(Path("p.yaml"), _load(_profile(tmp_path, "p", "GeForce GTX 1070", frameworks=["pytorch"])))])
+    assert names == ["pytorch"] and "default" in why and "jax 0.4.38" in why
+
+
+def test_this_machine_s_python_is_read_for_frameworks() -> None:
+    """On `/` the probe really runs in the interpreters it finds: this machine's python3 environments are listed
+    with what they find (the build machine's system Python has none of torch, tensorflow, jax)."""
+    from provision.doctor import Reader, parse_python_environments
+
+    text = Reader("/").python_environments()
+    assert text and all(json.loads(line)["python"] for line in text.splitlines())
+    for seen in parse_python_environments(text):
+        assert seen.module in ("torch", "tensorflow", "jax")

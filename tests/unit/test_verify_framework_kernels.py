@@ -134,3 +134,46 @@ def test_pypi_torch_wheels_against_the_gpu(requirement, cc, status):
     images = fatbin.read_images(_library(requirement, "torch/lib/libtorch_cuda.so"))
     got, detail = framework_kernels(images, cc, None, None)
     assert got == status, detail
+
+
+def _fake_torch_env(root: Path, version: str, library: Path) -> None:
+    """A directory on sys.path with an installed `torch` of `version` (its dist-info) whose lib/ holds `library`."""
+    lib = root / "torch" / "lib"
+    lib.mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text("raise ImportError('the check must not import torch')\n")
+    (lib / "libtorch_cuda.so").write_bytes(library.read_bytes())
+    info = root / f"torch-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    (info / "RECORD").write_text("")
+
+
+@pytest.mark.parametrize(
+    ("installed", "planned", "label"),
+    [
+        # The H200 run (2026-11-25): the plan said 2.14.1, the environment had 2.11.0+cu130.
+        ("2.11.0+cu130", "2.14.1", "torch 2.11.0+cu130 (planned 2.14.1): "),
+        ("2.14.1+cu126", "2.14.1", "torch 2.14.1+cu126: "),
+    ],
+)
+def test_framework_kernels_names_the_installed_torch_and_the_plan_s_only_as_planned(
+    tmp_path, monkeypatch, installed, planned, label
+):
+    from provision.verify.environment import check_framework_kernels
+    from provision.verify.expect import Expect
+
+    _fake_torch_env(tmp_path, installed, _library("nvidia-cufile-cu12==1.11.1.6", "nvidia/cufile/lib/libcufile.so.0"))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    expect = Expect(frameworks=[{"name": "pytorch", "package": "torch", "version": planned, "cuda": "12.6"}])
+    (check,) = check_framework_kernels(expect, sys.executable, "8.6", "13.0")
+    assert check.status == PASS, check.detail
+    assert check.detail.startswith(label), check.detail
+    assert check.figures["version"] == installed and check.figures["planned_version"] == planned
+
+
+@pytest.mark.parametrize(("version", "cuda"), [("2.11.0+cu130", "13.0"), ("2.6.0+cu126", "12.6"),
+                                               ("2.0.1+cu117", "11.7"), ("2.8.0", None), ("2.8.0+cpu", None), (None, None)])
+def test_the_cuda_of_a_build_comes_from_its_version_label(version, cuda):
+    from provision.verify.environment import build_cuda
+
+    assert build_cuda(version) == cuda

@@ -22,7 +22,17 @@ import pytest
 from provision.resources import kernels_dir
 from provision.verify.driver import DeviceInfo
 from provision.verify.expect import Expect
-from provision.verify.kernel_checks import KERNELS, run_kernels, run_reduce, run_sgemm, run_triad, sgemm_tolerance
+from provision.verify.kernel_checks import (
+    KERNELS,
+    run_kernels,
+    run_reduce,
+    run_sgemm,
+    run_triad,
+    sgemm_tolerance,
+    triad_launch,
+    triad_reference_launch,
+    triad_vs_reference,
+)
 from provision.verify.nvrtc import CompileResult
 from provision.verify.report import Report
 
@@ -74,6 +84,7 @@ def emu(tmp_path_factory) -> ctypes.CDLL:
         ctypes.c_ulonglong,
         ctypes.c_uint,
     ]
+    lib.emu_triad_unroll4.argtypes = lib.emu_triad.argtypes
     lib.emu_reduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint]
     return lib
 
@@ -114,11 +125,40 @@ def test_triad_matches_numpy_with_a_grid_stride_loop(emu) -> None:
     np.testing.assert_allclose(a, b + np.float32(3.0) * c, rtol=1e-6, atol=1e-6)
 
 
-def test_reduce_partials_sum_to_the_numpy_sum(emu) -> None:
+@pytest.mark.parametrize("launch", ["verifier", "small grid"])
+def test_triad_covers_the_array_as_the_verifier_launches_it_and_any_grid_through_its_loop(emu, launch) -> None:
+    rng = np.random.default_rng(5)
+    n = 4 * (256 * 9 + 37)  # not a whole number of blocks: the last block's threads past the end do nothing
+    b, c = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    a = np.full_like(b, np.nan)
+    grid = triad_launch(n // 4).grid if launch == "verifier" else 3
+    assert launch != "verifier" or grid == 10
+    emu.emu_triad(_p(a), _p(b), _p(c), 3.0, n, grid)
+    np.testing.assert_allclose(a, b + np.float32(3.0) * c, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n4", [256 * 4 * 5, 256 * 4 * 5 + 300, 100])
+def test_the_reference_triad_unrolled_by_four_matches_numpy(emu, n4) -> None:
+    rng = np.random.default_rng(6)
+    n = 4 * n4
+    b, c = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    a = np.full_like(b, np.nan)
+    emu.emu_triad_unroll4(_p(a), _p(b), _p(c), 3.0, n, triad_reference_launch(n4).grid)
+    np.testing.assert_allclose(a, b + np.float32(3.0) * c, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("n4", "grid"),
+    [
+        (256 * 11, 6),  # fewer than four strides: the remainder loop only
+        (256 * 6 * 4 * 3 + 256 * 5 + 7, 6),  # three unrolled rounds, then the remainder
+        (256 * 4 * 3, 3),  # exactly one unrolled round per thread
+    ],
+)
+def test_reduce_partials_sum_to_the_numpy_sum(emu, n4, grid) -> None:
     rng = np.random.default_rng(2)
-    n = 4 * 256 * 11
+    n = 4 * n4
     x = rng.random(n, dtype=np.float32)
-    grid = 6
     partial = np.zeros(grid, dtype=np.float32)
     emu.emu_reduce(_p(x), _p(partial), n, grid)
     ref = float(np.sum(x, dtype=np.float64))
@@ -137,6 +177,7 @@ class CpuDriver:
         self.emu, self.skip = emu, skip  # skip: a kernel whose launches do nothing (a broken kernel)
         self.buffers: dict[int, np.ndarray] = {}
         self.launched: list[str] = []
+        self.grids: dict[str, int] = {}
 
     def open(self, index: int) -> None:
         pass
@@ -175,11 +216,14 @@ class CpuDriver:
 
     def launch(self, fn: str, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[Any]) -> None:
         self.launched.append(fn)
+        self.grids.setdefault(fn, grid[0])
         if fn == self.skip:
             return
         v = [a.value for a in args]
         if fn == "triad":
             self.emu.emu_triad(v[0], v[1], v[2], v[3], 4 * v[4], grid[0])
+        elif fn == "triad_reference":
+            self.emu.emu_triad_unroll4(v[0], v[1], v[2], v[3], 4 * v[4], grid[0])
         elif fn == "reduce":
             self.emu.emu_reduce(v[0], v[1], 4 * v[2], grid[0])
         else:
@@ -226,6 +270,13 @@ def test_the_runners_check_correct_results_and_report_figures(emu) -> None:
     assert all(figures[k]["best_ms"] > 0 for k in ("triad", "reduce", "sgemm"))
     assert driver.buffers == {}  # every device buffer freed
     assert driver.launched == ["triad", "reduce", "sgemm", "sgemm"]
+    # The launch geometry is reported: the triad's grid covers the 2^14 float4s, the reduce's is one wave of 8
+    # blocks on the one-SM device, each thread with four loads in flight.
+    assert {k: figures["triad"][k] for k in ("grid", "block", "float4_per_thread")} == {
+        "grid": 64, "block": 256, "float4_per_thread": 1}
+    assert {k: figures["reduce"][k] for k in ("grid", "block", "float4_per_thread")} == {
+        "grid": 8, "block": 256, "float4_per_thread": 4}
+    assert (driver.grids["triad"], driver.grids["reduce"]) == (64, 8)  # what was launched, not only reported
 
 
 @pytest.mark.parametrize(
@@ -245,3 +296,17 @@ def test_an_sgemm_that_computes_nothing_fails_before_it_is_timed(emu) -> None:
     assert [(c.name, c.status) for c in checks] == [("sgemm-correct", "FAIL")] and figures == {}
     assert "max error nan > tolerance" in checks[0].detail  # C was NaN-filled and never written
     assert driver.buffers == {} and driver.launched == ["sgemm"]
+
+
+@pytest.mark.parametrize("broken", ["", "triad", "triad_reference"])
+def test_the_triad_and_its_reference_are_timed_together_and_checked(emu, broken: str) -> None:
+    """What the GPU test compares (tests/unit/test_verify_gpu.py), here for its arithmetic: both kernels run with
+    their own launches on the same arrays, round after round, and a kernel that computes nothing is caught."""
+    driver = CpuDriver(emu, skip=broken)
+    res = triad_vs_reference(driver, "triad", "triad_reference", SMALL, warmup=0, repeats=1, rounds=2)
+    assert res["correct"] is (broken == "")
+    assert driver.launched == ["triad", "triad_reference"] * 2
+    assert (driver.grids["triad"], driver.grids["triad_reference"]) == (64, 16)
+    assert res["triad_launch"]["grid"] == 64 and res["reference_launch"]["float4_per_thread"] == 4
+    assert res["ratio"] is not None and res["n"] == 1 << 16  # emulated speeds round to 0.0 GB/s, not their ratio
+    assert driver.buffers == {}
