@@ -65,6 +65,8 @@ class Reader:
         candidates.append("/usr/bin/python3")
         lines = []
         for exe in dict.fromkeys(c for c in candidates if c and os.access(c, os.X_OK)):
+            if os.geteuid() == 0 and not _root_may_run(exe):
+                continue  # least privilege: root does not run an interpreter another account can replace
             try:
                 proc = subprocess.run([exe, "-c", _FRAMEWORK_PROBE, *FRAMEWORK_MODULES], capture_output=True,
                                       text=True, timeout=60, env={**os.environ, "PYTHONNOUSERSITE": "1"})
@@ -116,6 +118,20 @@ class FrameworkSeen:
     version: str | None
     python: str  # the interpreter that finds it
     prefix: str  # its environment (sys.prefix)
+
+
+def _root_may_run(path: str) -> bool:
+    """The interpreter (symlinks resolved) and every directory above it belong to root and are not group- or
+    world-writable, so no other account could have put it there."""
+    try:
+        real = Path(path).resolve(strict=True)
+        for part in (real, *real.parents):
+            st = part.stat()
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return False
+    except OSError:
+        return False
+    return True
 
 
 @dataclass

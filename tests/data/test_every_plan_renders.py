@@ -4,8 +4,8 @@ Ubuntu 24.04 planned CUDA 13.2 from NVIDIA's repository on the plain ubuntu:24.0
 
 Combinations the resolver refuses (a Kepler card on Ubuntu 24.04) are the resolver's business, tested elsewhere;
 here each (OS, framework) cell must render every plan it resolves, and must resolve at least one.
-About 70 s for the whole matrix (2026-11-26: 1495 plans rendered, none refused; before the nvidia/cuda 12.9/13.1/13.2
-rows and the repository step, 173 of them were refused)."""
+About 25 s for the whole matrix on the 2-core build machine, 70 s under load (2026-11-26: 1495 plans rendered, none
+refused; before the nvidia/cuda 12.9/13.1/13.2 rows and the repository step, 173 of them were refused)."""
 
 from __future__ import annotations
 

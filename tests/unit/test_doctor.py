@@ -309,3 +309,20 @@ def test_this_machine_s_python_is_read_for_frameworks() -> None:
     assert text and all(json.loads(line)["python"] for line in text.splitlines())
     for seen in parse_python_environments(text):
         assert seen.module in ("torch", "tensorflow", "jax")
+
+
+def test_root_runs_only_interpreters_no_other_account_can_replace(tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    from provision.doctor import _root_may_run
+
+    assert _root_may_run(sys.executable if Path(sys.executable).resolve().is_relative_to("/usr") else "/usr/bin/python3")
+    exe = tmp_path / "python3"
+    shutil.copy("/usr/bin/python3", exe)
+    exe.chmod(0o755)
+    tmp_path.chmod(0o777)  # a directory any account can write: its interpreter could be anyone's
+    assert not _root_may_run(str(exe))
+    tmp_path.chmod(0o755)
+    if os.geteuid() == 0:  # the build machine runs as root: the copy is root's in root's directory, /tmp above it
+        assert not _root_may_run(str(exe))  # /tmp is world-writable (sticky), still another account's to place
