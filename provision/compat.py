@@ -190,6 +190,14 @@ class TorchRow(_Row):
     pins: tuple[str, ...] = ()  # NVIDIA wheels its Requires-Dist pins where they differ from pypi.yaml's CUDA row
 
 
+class PypiReleases(_Row):
+    """The releases a package has on PyPI (final, not yanked), as recorded by scripts/refresh_db.py: what a test
+    compares the database's rows with, offline."""
+
+    name: str
+    versions: tuple[str, ...]
+
+
 class TFRow(_Row):
     version: str
     python_min: str
@@ -317,6 +325,7 @@ class CompatDB(BaseModel):
     nvidia_repo: NvidiaRepo | None = None
     torch: tuple[TorchRow, ...] = ()
     torch_index_url: str = "https://download.pytorch.org/whl/{variant}"
+    torch_releases: PypiReleases | None = None  # torch's releases on PyPI since the first row's
     pypi_index_url: str = "https://pypi.org/simple"
     tensorflow: tuple[TFRow, ...] = ()
     jetpack: tuple[JetPack, ...] = ()
@@ -489,6 +498,7 @@ def _read_db(root: Path) -> CompatDB:
             nvidia_repo=os_["nvidia_repo"],
             torch=torch["rows"],
             torch_index_url=torch["index_url"],
+            torch_releases=torch.get("pypi_releases"),
             pypi_index_url=pypi["index"]["url"],
             tensorflow=tf["rows"],
             jetpack=plat["jetpack"],

@@ -144,8 +144,9 @@ def jupyter_plan(ctx: Ctx) -> JupyterPlan:
     if enabled:
         lab, kernel = _tool(ctx, "jupyterlab"), _tool(ctx, "ipykernel")
         if lab is None or kernel is None:
+            floor = min((t.python_min for t in ctx.db.tools if t.name == "jupyterlab"), key=V, default="?")
             raise IncompatibleError(
-                f"JupyterLab in the database needs Python 3.9+, this target has {ctx.python}",
+                f"JupyterLab in the database needs Python {floor}+, this target has {ctx.python}",
                 alternatives=["set software.jupyter.enabled: false"],
                 where=ctx.where,
             )

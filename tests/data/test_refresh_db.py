@@ -82,3 +82,34 @@ def test_markers_pick_the_numpy_requirement_for_each_python():
     deps = ['numpy <2.0.0,>=1.26.0 ; python_version >= "3.12"', 'numpy <1.0 ; python_version < "3.12"']
     problems = refresh_db.numpy_problems(DB, 1, "3.11", "3.12", deps)
     assert [p.split(":")[0] for p in problems] == ["Python 3.11"]
+
+
+def test_a_new_torch_release_s_row_is_built_from_its_wheel_s_metadata_and_fat_binaries():
+    # torch 2.6.0's x86_64 Requires-Dist (excerpt) and the images its libtorch_cuda.so carries (read 2026-11-26).
+    import yaml
+
+    from provision.compat import TorchRow
+
+    x86 = ['nvidia-cuda-nvrtc-cu12 (==12.4.127) ; platform_system == "Linux" and platform_machine == "x86_64"',
+           'nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == "Linux" and platform_machine == "x86_64"',
+           'nvidia-cudnn-cu12 (==9.1.0.70) ; platform_system == "Linux" and platform_machine == "x86_64"',
+           'nvidia-cublas-cu12 (==12.4.5.8) ; platform_system == "Linux" and platform_machine == "x86_64"']
+    text = refresh_db.torch_row(DB, "2.6.0", "torch-2.6.0-cp311-cp311-manylinux1_x86_64.whl", "https://pypi.org/x.whl",
+                                "0" * 64, x86, x86, ["3.9", "3.10", "3.13"], [50, 60, 70, 75, 80, 86, 90], [], 341,
+                                "2026-11-26")
+    row = TorchRow(**yaml.safe_load(text)[0])
+    assert (row.variant, row.cuda, row.cudnn, row.python_min, row.python_max) == ("cu124", "12.4", "9.1.0", "3.9", "3.13")
+    assert row.arch == ("5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0") and row.ptx is None and row.pypi_default
+    assert not row.aarch64_cuda  # every nvidia-* requirement is x86_64-only
+    assert row.pins == ()  # the pins agree with pypi.yaml's CUDA 12.4 row
+    cu13 = ["cuda-toolkit[cublas,cudart]==13.0.2; platform_system == \"Linux\"",
+            "nvidia-cudnn-cu13==9.20.0.48; platform_system == \"Linux\""]
+    row = TorchRow(**yaml.safe_load(refresh_db.torch_row(DB, "2.12.0", "w.whl", "https://pypi.org/w.whl", "0" * 64, cu13,
+                                                         cu13, ["3.10", "3.14"], [75, 120], [120], 448, "2026-11-26"))[0])
+    assert (row.cuda, row.cudnn, row.ptx, row.aarch64_cuda, row.numpy_major) == ("13.0", "9.20.0", "12.0", True, 2)
+
+
+def test_the_recorded_torch_releases_are_pypi_s_final_releases_in_order():
+    data = {"releases": {"2.0.0": [{}], "2.10.0": [{}], "2.9.1": [{}], "2.11.0rc1": [{}], "2.8.0": [{"yanked": True}],
+                         "1.13.1": [{}], "2.9.0": []}}
+    assert refresh_db.final_releases(data, "2.0.0") == ["2.0.0", "2.9.1", "2.10.0"]

@@ -1,0 +1,102 @@
+"""Every release a user may pin is in the database: torch's releases on PyPI (the list scripts/refresh_db.py
+records in pytorch.yaml, read offline), each with its PyPI build and the architectures read from that wheel; and
+the pins users type plan, on the machines they were refused on before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provision.compat import load_db
+from provision.pipeline import plan_for
+from provision.resources import share_dir
+from provision.versions import V
+
+DB = load_db()
+
+
+def test_every_torch_release_on_pypi_between_the_first_and_the_last_row_has_its_pypi_build():
+    releases = DB.torch_releases
+    assert releases is not None and releases.name == "torch" and releases.source.startswith("https://pypi.org/")
+    pypi_rows = {r.version for r in DB.torch if r.pypi_default}
+    first, last = min(pypi_rows, key=V), max(pypi_rows, key=V)
+    missing = [v for v in releases.versions if V(first) <= V(v) <= V(last) and v not in pypi_rows]
+    assert not missing, f"torch releases on PyPI without a row in pytorch.yaml: {missing} (scripts/refresh_db.py --add-torch)"
+    # and no row claims a release PyPI does not have; the list reaches the newest row
+    assert {r.version for r in DB.torch} <= set(releases.versions)
+    assert list(releases.versions) == sorted(releases.versions, key=V)
+    assert V(releases.versions[-1]) >= V(last)
+
+
+def test_each_release_has_one_pypi_build_and_variants_are_unique():
+    for version in {r.version for r in DB.torch}:
+        rows = [r for r in DB.torch if r.version == version]
+        assert sum(r.pypi_default for r in rows) == 1, f"torch {version}: {sum(r.pypi_default for r in rows)} PyPI builds"
+        variants = [r.variant for r in rows]
+        assert len(variants) == len(set(variants)), f"torch {version}: a variant twice"
+        for r in rows:
+            assert r.variant == "cu" + r.cuda.replace(".", ""), f"torch {version}: variant {r.variant} is not CUDA {r.cuda}"
+            assert V(r.python_min) <= V(r.python_max)
+
+
+@pytest.mark.parametrize("row", [r for r in DB.torch if r.pypi_default], ids=lambda r: r.version)
+def test_pypi_builds_carry_the_architectures_read_from_their_wheel(row):
+    # The PyPI build's arch list is what its wheel's libtorch_cuda.so holds (provision/verify/fatbin.py); the other
+    # variants' lists come from PyTorch's matrix and build scripts, and say so by having no arch_from.
+    # A PyPI row whose wheel was not read yet says so: confidence matrix.
+    read = bool(row.arch_from) and "libtorch_cuda.so" in (row.arch_from or "")
+    assert read or row.confidence == "matrix", f"torch {row.version}: arch neither read from the wheel nor marked matrix"
+    assert list(row.arch) == sorted(row.arch, key=V)
+
+
+def test_matrix_rows_do_not_claim_to_be_read_from_a_wheel():
+    for r in DB.torch:
+        if not r.pypi_default:
+            assert r.arch_from is None, f"torch {r.version}+{r.variant}"
+
+
+def _profile(tmp_path: Path, *, gpu: str, os: tuple[str, str], frameworks: list[dict], cpu_flags: list[str]) -> Path:
+    base = yaml.safe_load((share_dir("profiles") / "deskmini.yaml").read_text())
+    base["name"] = "pin-" + gpu.replace(" ", "-").lower()
+    base["hardware"]["gpu"] = {"model": gpu, "count": 1}
+    base["hardware"]["cpu"]["flags"] = cpu_flags
+    base["target"]["os"] = {"distribution": os[0], "release": os[1]}
+    base["software"]["frameworks"] = frameworks
+    path = tmp_path / f"{base['name']}.yaml"
+    path.write_text(yaml.safe_dump(base))
+    return path
+
+
+AVX2 = ["fpu", "sse", "sse2", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "avx2", "fma"]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "os", "name", "pin"),
+    [
+        # The refusals of issue 31: "pytorch 2.6.0 is not in the database".
+        ("GeForce RTX 3090", ("debian", "12"), "pytorch", "2.6.0"),
+        ("Tesla T4", ("ubuntu", "22.04"), "pytorch", "2.4.1"),
+        ("GeForce RTX 3090", ("ubuntu", "22.04"), "pytorch", "2.12.0"),
+        ("GeForce RTX 3090", ("ubuntu", "24.04"), "pytorch", "2.2.1"),
+    ],
+)
+def test_pinned_torch_releases_plan(tmp_path, gpu, os, name, pin):
+    plan = plan_for(_profile(tmp_path, gpu=gpu, os=os, frameworks=[{"name": name, "version": pin}], cpu_flags=AVX2))
+    fw = plan.framework(name)
+    row = next(r for r in DB.torch if (r.version, r.variant) == (fw.version, fw.variant))
+    cc = DB.gpu(gpu).cc
+    assert fw.version == pin and any(V(a).major == V(cc).major and V(a) <= V(cc) for a in row.arch), (fw, row.arch)
+
+
+def test_jupyter_plans_on_python_3_8_jetpack_5(tmp_path):
+    base = yaml.safe_load((share_dir("profiles") / "jetson-orin-nano.yaml").read_text())
+    base["target"]["jetpack"] = "5.1.2"
+    base["target"]["os"] = {"distribution": "ubuntu", "release": "20.04"}
+    base["software"]["jupyter"] = {"enabled": True}
+    path = tmp_path / "orin-jp5.yaml"
+    path.write_text(yaml.safe_dump(base))
+    plan = plan_for(path)
+    assert plan.python.version == "3.8"
+    assert plan.jupyter.enabled and "jupyterlab==4.3.8" in plan.jupyter.requirements
