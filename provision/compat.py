@@ -208,6 +208,7 @@ class TFRow(_Row):
     cpu_flags: tuple[str, ...]
     requirement: str
     numpy_major: int = 2  # the numpy major the wheels accept (TF < 2.18 requires numpy < 2)
+    numpy_max: str | None = None  # the newest numpy the wheels' Requires-Dist admits within that major (2.12: <1.24)
     aarch64_cuda: bool = False  # tensorflow[and-cuda] brings CUDA wheels on aarch64 too
 
 

@@ -200,17 +200,21 @@ def _pythons(low: str, high: str) -> list[str]:
     return [f"{lo[0]}.{m}" for m in range(lo[1], hi[1] + 1)] if lo[0] == hi[0] else [low, high]
 
 
-def plan_numpy(db: CompatDB, major: int, python: str) -> str | None:
+def plan_numpy(db: CompatDB, major: int, python: str, newest: str | None = None) -> str | None:
     """The numpy version a plan takes for this major and Python: as the resolver does, the newest numpy row of
-    pypi.yaml whose Python range holds it, within the major where one exists."""
+    pypi.yaml whose Python range holds it, within the major where one exists (and no newer than `newest`, a
+    TensorFlow row's numpy_max)."""
     rows = [t for t in db.tools if t.name == "numpy"
             and Version(t.python_min) <= Version(python) <= Version(t.python_max)]
     rows = [t for t in rows if Version(t.requirement.split("==")[1]).major == major] or rows
+    if newest is not None:
+        rows = [t for t in rows if Version(t.requirement.split("==")[1]) <= Version(newest)]
     versions = sorted((Version(t.requirement.split("==")[1]) for t in rows), reverse=True)
     return str(versions[0]) if versions else None
 
 
-def numpy_problems(db: CompatDB, numpy_major: int, python_min: str, python_max: str, deps: list[str]) -> list[str]:
+def numpy_problems(db: CompatDB, numpy_major: int, python_min: str, python_max: str, deps: list[str],
+                   numpy_max: str | None = None) -> list[str]:
     """For each Python the row supports: the numpy the plan takes, where the wheel's numpy requirement (its
     markers evaluated for that Python) refuses it."""
     out = []
@@ -218,7 +222,7 @@ def numpy_problems(db: CompatDB, numpy_major: int, python_min: str, python_max: 
         env = {**default_environment(), "python_version": python, "python_full_version": python + ".0", "extra": ""}
         reqs = [r for r in (Requirement(d) for d in deps) if r.name.lower() == "numpy"
                 and (r.marker is None or r.marker.evaluate(env))]
-        take = plan_numpy(db, numpy_major, python)
+        take = plan_numpy(db, numpy_major, python, numpy_max)
         if take is not None and not all(r.specifier.contains(take, prereleases=True) for r in reqs):
             out.append(f"Python {python}: the plan takes numpy {take}, the wheel requires {', '.join(str(r.specifier) for r in reqs)}")
     return out
@@ -259,7 +263,7 @@ def check_framework_wheels(rep: Report, db: CompatDB) -> None:
         # numpy_major is the numpy line the plan takes with the build: the check is that the numpy the plan
         # would pin for each supported Python is one the wheel accepts (TF 2.18/2.19 take numpy 2.0/2.1 but
         # not 2.2, so their rows say numpy_major 1).
-        for problem in numpy_problems(db, row.numpy_major, row.python_min, row.python_max, deps):
+        for problem in numpy_problems(db, row.numpy_major, row.python_min, row.python_max, deps, row.numpy_max):
             rep.change(f"{where} (numpy_major {row.numpy_major}): {problem}")
         cudnn = [Requirement(d.split(";")[0]) for d in deps if d.startswith("nvidia-cudnn")]
         if cudnn and not any(accepts_release(c.specifier, row.cudnn, _builds(db, row.cudnn)) for c in cudnn):

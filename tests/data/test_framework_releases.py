@@ -17,6 +17,16 @@ from provision.versions import V
 DB = load_db()
 
 
+def test_every_tensorflow_release_since_2_10_is_a_row():
+    versions = [r.version for r in DB.tensorflow]
+    assert versions == sorted(versions, key=V) and len(versions) == len(set(versions))
+    # the final releases on PyPI from 2.10.0 to 2.21.0, 2026-11-26
+    expected = ["2.10.0", "2.10.1", "2.11.0", "2.11.1", "2.12.0", "2.12.1", "2.13.0", "2.13.1", "2.14.0", "2.14.1",
+                "2.15.0", "2.15.0.post1", "2.15.1", "2.16.1", "2.16.2", "2.17.0", "2.17.1", "2.18.0", "2.18.1",
+                "2.19.0", "2.19.1", "2.20.0", "2.21.0"]
+    assert [v for v in versions if V(v) >= V("2.10")] == expected
+
+
 def test_every_torch_release_on_pypi_between_the_first_and_the_last_row_has_its_pypi_build():
     releases = DB.torch_releases
     assert releases is not None and releases.name == "torch" and releases.source.startswith("https://pypi.org/")
@@ -80,14 +90,25 @@ AVX2 = ["fpu", "sse", "sse2", "ssse3", "sse4_1", "sse4_2", "popcnt", "avx", "avx
         ("Tesla T4", ("ubuntu", "22.04"), "pytorch", "2.4.1"),
         ("GeForce RTX 3090", ("ubuntu", "22.04"), "pytorch", "2.12.0"),
         ("GeForce RTX 3090", ("ubuntu", "24.04"), "pytorch", "2.2.1"),
+        ("Tesla T4", ("ubuntu", "22.04"), "tensorflow", "2.16.1"),
+        ("Tesla T4", ("ubuntu", "22.04"), "tensorflow", "2.12.0"),
+        ("GeForce RTX 3090", ("debian", "12"), "tensorflow", "2.15.0"),
     ],
 )
-def test_pinned_torch_releases_plan(tmp_path, gpu, os, name, pin):
+def test_pinned_framework_releases_plan(tmp_path, gpu, os, name, pin):
     plan = plan_for(_profile(tmp_path, gpu=gpu, os=os, frameworks=[{"name": name, "version": pin}], cpu_flags=AVX2))
     fw = plan.framework(name)
-    row = next(r for r in DB.torch if (r.version, r.variant) == (fw.version, fw.variant))
-    cc = DB.gpu(gpu).cc
-    assert fw.version == pin and any(V(a).major == V(cc).major and V(a) <= V(cc) for a in row.arch), (fw, row.arch)
+    # a pin takes the release's post-release where there is one (2.15.0 -> 2.15.0.post1: the same build, its
+    # [and-cuda] extra without the tensorrt PyPI does not serve)
+    assert fw.version == pin or fw.version.startswith(pin + ".post")
+    if name == "pytorch":
+        row = next(r for r in DB.torch if (r.version, r.variant) == (fw.version, fw.variant))
+        cc = DB.gpu(gpu).cc
+        assert any(V(a).major == V(cc).major and V(a) <= V(cc) for a in row.arch), (fw, row.arch)
+    else:
+        tf = next(r for r in DB.tensorflow if r.version == pin)
+        numpy = plan.verify.numpy_requirement
+        assert tf.numpy_max is None or V(numpy.split("==")[1]) <= V(tf.numpy_max)
 
 
 def test_jupyter_plans_on_python_3_8_jetpack_5(tmp_path):

@@ -59,6 +59,8 @@ def test_the_tensorflow_2_14_row_matches_its_cu11_wheel_pin():
 
 # numpy requirements as the wheels' Requires-Dist states them (read with pip, 2026-11-23).
 NUMPY = {
+    "2.12.0": ["numpy (<1.24,>=1.22)"],  # read from the wheel's METADATA, 2026-11-26
+    "2.13.1": ["numpy (<=1.24.3,>=1.22)"],
     "2.15.1": ["numpy (<2.0.0,>=1.23.5)"],
     "2.16.2": ['numpy <2.0.0,>=1.23.5 ; python_version <= "3.11"', 'numpy <2.0.0,>=1.26.0 ; python_version >= "3.12"'],
     "2.18.1": ["numpy <2.1.0,>=1.26.0"],
@@ -69,7 +71,7 @@ NUMPY = {
 @pytest.mark.parametrize("version", sorted(NUMPY))
 def test_the_numpy_each_tensorflow_plan_takes_is_one_its_wheel_accepts(version):
     row = next(r for r in DB.tensorflow if r.version == version)
-    assert refresh_db.numpy_problems(DB, row.numpy_major, row.python_min, row.python_max, NUMPY[version]) == []
+    assert refresh_db.numpy_problems(DB, row.numpy_major, row.python_min, row.python_max, NUMPY[version], row.numpy_max) == []
 
 
 def test_a_row_claiming_the_numpy_2_line_for_tensorflow_2_18_is_reported():
@@ -113,3 +115,8 @@ def test_the_recorded_torch_releases_are_pypi_s_final_releases_in_order():
     data = {"releases": {"2.0.0": [{}], "2.10.0": [{}], "2.9.1": [{}], "2.11.0rc1": [{}], "2.8.0": [{"yanked": True}],
                          "1.13.1": [{}], "2.9.0": []}}
     assert refresh_db.final_releases(data, "2.0.0") == ["2.0.0", "2.9.1", "2.10.0"]
+
+
+def test_without_its_numpy_cap_tensorflow_2_12_would_take_a_numpy_its_wheel_refuses():
+    row = next(r for r in DB.tensorflow if r.version == "2.12.0")
+    assert refresh_db.numpy_problems(DB, row.numpy_major, row.python_min, row.python_max, NUMPY["2.12.0"])
