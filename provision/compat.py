@@ -190,6 +190,22 @@ class TorchRow(_Row):
     pins: tuple[str, ...] = ()  # NVIDIA wheels its Requires-Dist pins where they differ from pypi.yaml's CUDA row
 
 
+class JaxRow(_Row):
+    """One JAX release with one CUDA plugin (jax[cuda12] / jax[cuda13]). arch/ptx: the plugin's own GPU code."""
+
+    version: str
+    extra: Literal["cuda12", "cuda13"]
+    cuda: str
+    cudnn: str
+    python_min: str
+    python_max: str
+    arch: tuple[str, ...]
+    ptx: str | None
+    numpy_major: int = 2
+    aarch64_cuda: bool = False  # the plugin's aarch64 wheels are CUDA builds
+    arch_from: str | None = None
+
+
 class PypiReleases(_Row):
     """The releases a package has on PyPI (final, not yanked), as recorded by scripts/refresh_db.py: what a test
     compares the database's rows with, offline."""
@@ -329,6 +345,7 @@ class CompatDB(BaseModel):
     torch_releases: PypiReleases | None = None  # torch's releases on PyPI since the first row's
     pypi_index_url: str = "https://pypi.org/simple"
     tensorflow: tuple[TFRow, ...] = ()
+    jax: tuple[JaxRow, ...] = ()
     jetpack: tuple[JetPack, ...] = ()
     jetson_torch: tuple[JetsonTorch, ...] = ()
     colab: tuple[ColabRuntime, ...] = ()
@@ -475,6 +492,7 @@ def _read_db(root: Path) -> CompatDB:
         os_ = _read(root / "os.yaml")
         torch = _read(root / "pytorch.yaml")
         tf = _read(root / "tensorflow.yaml")
+        jax = _read(root / "jax.yaml")
         plat = _read(root / "platforms.yaml")
         cloud = _read(root / "cloud.yaml")
         images = _read(root / "images.yaml")
@@ -502,6 +520,7 @@ def _read_db(root: Path) -> CompatDB:
             torch_releases=torch.get("pypi_releases"),
             pypi_index_url=pypi["index"]["url"],
             tensorflow=tf["rows"],
+            jax=jax["rows"],
             jetpack=plat["jetpack"],
             jetson_torch=plat["jetson_pytorch"],
             colab=plat["colab"],

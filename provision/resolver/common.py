@@ -95,6 +95,7 @@ def numpy_requirement(ctx: Ctx, fws: tuple[FrameworkPlan, ...]) -> str:
     """The numpy every planned framework accepts: torch < 2.3 is built against numpy 1, TF < 2.18 requires < 2."""
     majors = [r.numpy_major for f in fws for r in ctx.db.torch if f.name == "pytorch" and r.version == f.version][:1]
     majors += [r.numpy_major for f in fws for r in ctx.db.tensorflow if f.name == "tensorflow" and r.version == f.version]
+    majors += [r.numpy_major for f in fws for r in ctx.db.jax if f.name == "jax" and r.version == f.version][:1]
     caps = [r.numpy_max for f in fws for r in ctx.db.tensorflow
             if f.name == "tensorflow" and r.version == f.version and r.numpy_max]
     req = _tool(ctx, "numpy", min(majors) if majors else None, min(caps, key=V) if caps else None)

@@ -121,3 +121,42 @@ def test_jupyter_plans_on_python_3_8_jetpack_5(tmp_path):
     plan = plan_for(path)
     assert plan.python.version == "3.8"
     assert plan.jupyter.enabled and "jupyterlab==4.3.8" in plan.jupyter.requirements
+
+
+@pytest.mark.parametrize(
+    ("profile", "os", "requirement"),
+    [
+        ("h100", ("ubuntu", "24.04"), "jax[cuda13]==0.12.0.1"),  # Python 3.12, R580+: the CUDA 13 plugin
+        ("deskmini", ("ubuntu", "24.04"), "jax[cuda12]==0.12.0.1"),  # Pascal: the CUDA 13 plugin starts at sm_75
+        ("h100", ("ubuntu", "22.04"), "jax[cuda12]==0.6.2"),  # Python 3.10: the last JAX for it
+    ],
+)
+def test_jax_plans_the_plugin_the_gpu_driver_and_python_allow(tmp_path, profile, os, requirement):
+    base = yaml.safe_load((share_dir("profiles") / f"{profile}.yaml").read_text())
+    base["target"]["os"] = {"distribution": os[0], "release": os[1]}
+    base["software"]["frameworks"] = [{"name": "jax"}]
+    path = tmp_path / f"{profile}-jax.yaml"
+    path.write_text(yaml.safe_dump(base))
+    plan = plan_for(path)
+    assert plan.framework("jax").requirements == (requirement,)
+    row = next(r for r in DB.jax if f"jax[{r.extra}]=={r.version}" == requirement)
+    assert plan.cuda.version == row.cuda and plan.cudnn.version == row.cudnn
+
+
+def test_a_kepler_gpu_is_refused_jax_with_the_architectures_its_plugins_carry(tmp_path):
+    from provision.errors import IncompatibleError
+
+    base = yaml.safe_load((share_dir("profiles") / "aws-p2.yaml").read_text())
+    base["software"]["frameworks"] = [{"name": "jax"}]
+    path = tmp_path / "k80-jax.yaml"
+    path.write_text(yaml.safe_dump(base))
+    with pytest.raises(IncompatibleError) as err:
+        plan_for(path)
+    assert "no jax build has sm_37 kernels" in str(err.value) and "5.0;6.0;7.0" in str(err.value)
+
+
+def test_every_jax_row_pins_wheels_the_database_has():
+    for r in DB.jax:
+        assert any(p.cuda == r.cuda for p in DB.pypi_cuda), r
+        assert any(p.cudnn == r.cudnn and p.cuda_major == int(r.cuda.split(".")[0]) for p in DB.pypi_cudnn), r
+        assert r.extra == f"cuda{r.cuda.split('.')[0]}" and r.arch_from and "xla_cuda" in r.arch_from
