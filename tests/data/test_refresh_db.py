@@ -120,3 +120,26 @@ def test_the_recorded_torch_releases_are_pypi_s_final_releases_in_order():
 def test_without_its_numpy_cap_tensorflow_2_12_would_take_a_numpy_its_wheel_refuses():
     row = next(r for r in DB.tensorflow if r.version == "2.12.0")
     assert refresh_db.numpy_problems(DB, row.numpy_major, row.python_min, row.python_max, NUMPY["2.12.0"])
+
+
+# heavy: reads ~350 MB of torch 2.13.0's wheel from PyPI (HTTP range reads of libtorch_cuda.so; 6-60 s).
+@pytest.mark.heavy
+def test_add_torch_adds_a_missing_release_in_one_run_as_the_shipped_row_says(tmp_path):
+    import re
+    import shutil
+
+    from provision.compat import _read_db
+    from provision.resources import data_dir
+
+    root = tmp_path / "data"
+    shutil.copytree(data_dir(), root)
+    text = (root / "pytorch.yaml").read_text()
+    row = re.search(r'  - \{version: "2\.13\.0", variant: cu130.*?checked: "[0-9-]+"\}\n', text, re.S)
+    (root / "pytorch.yaml").write_text(text[: row.start()] + text[row.end():])
+    rep = refresh_db.Report()
+    refresh_db.add_torch(rep, _read_db(root), root / "pytorch.yaml", "2026-11-26")
+    added = next(r for r in _read_db(root).torch if r.version == "2.13.0" and r.pypi_default)
+    shipped = next(r for r in DB.torch if r.version == "2.13.0" and r.pypi_default)
+    fields = ("variant", "cuda", "cudnn", "python_min", "python_max", "arch", "ptx", "numpy_major", "aarch64_cuda", "pins")
+    assert [getattr(added, f) for f in fields] == [getattr(shipped, f) for f in fields]
+    assert any("added torch 2.13.0" in c for c in rep.changes)
