@@ -249,6 +249,7 @@ class JetsonTorch(_Row):
     python: str  # the one CPython the wheel is built for (cp310)
     url: str  # NVIDIA's directory is not a PEP 503 index: the wheel is planned as a direct reference
     sha256: str | None = None  # None: the file could not be hashed from here; the plan refuses it
+    sha256_from: str | None = None  # where the hash was read (an index's link, a published checksum, a download)
 
 
 class ColabFramework(BaseModel):

@@ -88,7 +88,7 @@ def plan_sets(only: list[str] | None = None, data: Path | None = None) -> list[C
         ("h100+jax@ubuntu-24.04", h100, {"frameworks": [{"name": "jax"}], "_os": "ubuntu-24.04"}),
         ("h100+jax", h100, {"frameworks": [{"name": "jax"}]}),
         ("jetson-orin-nano@jetpack-5.1.2+jupyter", share_dir("profiles") / "jetson-orin-nano.yaml",
-         {"_jetpack": "5.1.2", "_os_release": "20.04", "jupyter": {"enabled": True}}),
+         {"_jetpack": "5.1.2", "_os_release": "20.04", "jupyter": {"enabled": True}, "frameworks": []}),
     ]
     out = []
     for name, path, change in variants:

@@ -116,6 +116,7 @@ def test_jupyter_plans_on_python_3_8_jetpack_5(tmp_path):
     base["target"]["jetpack"] = "5.1.2"
     base["target"]["os"] = {"distribution": "ubuntu", "release": "20.04"}
     base["software"]["jupyter"] = {"enabled": True}
+    base["software"]["frameworks"] = []  # JetPack 5 has no hashed PyTorch in the database
     path = tmp_path / "orin-jp5.yaml"
     path.write_text(yaml.safe_dump(base))
     plan = plan_for(path)
@@ -160,3 +161,20 @@ def test_every_jax_row_pins_wheels_the_database_has():
         assert any(p.cuda == r.cuda for p in DB.pypi_cuda), r
         assert any(p.cudnn == r.cudnn and p.cuda_major == int(r.cuda.split(".")[0]) for p in DB.pypi_cudnn), r
         assert r.extra == f"cuda{r.cuda.split('.')[0]}" and r.arch_from and "xla_cuda" in r.arch_from
+
+
+@pytest.mark.parametrize("row", [r for r in DB.jetson_torch if r.sha256], ids=lambda r: f"{r.jetpack}-{r.version}")
+def test_hashed_jetson_wheels_say_where_the_hash_came_from_and_an_index_path_agrees(row):
+    assert row.sha256_from and len(row.sha256) == 64 and int(row.sha256, 16) >= 0
+    if "/+f/" in row.url:  # devpi (the Jetson AI Lab index) files the wheel under +f/<sha256[:3]>/<sha256[3:16]>/
+        first, rest = row.url.split("/+f/", 1)[1].split("/")[:2]
+        assert first + rest == row.sha256[:16], row.url
+
+
+def test_jetpack_6_plans_pytorch_as_a_hashed_direct_reference_naming_the_hash_s_source():
+    plan = plan_for(share_dir("profiles") / "jetson-orin-nano.yaml")
+    fw = plan.framework("pytorch")
+    [req] = fw.requirements
+    assert req.startswith("torch @ https://pypi.jetson-ai-lab.io/jp6/cu126/") and "#sha256=" in req
+    reason = next(r for r in plan.reasons if r.component == "framework:pytorch")
+    assert "Jetson AI Lab index" in reason.why and reason.source.startswith("https://")
