@@ -193,6 +193,30 @@ class TorchRow(_Row):
     pins: tuple[str, ...] = ()  # NVIDIA wheels its Requires-Dist pins where they differ from pypi.yaml's CUDA row
 
 
+class JaxRow(_Row):
+    """One JAX release with one CUDA plugin (jax[cuda12] / jax[cuda13]). arch/ptx: the plugin's own GPU code."""
+
+    version: str
+    extra: Literal["cuda12", "cuda13"]
+    cuda: str
+    cudnn: str
+    python_min: str
+    python_max: str
+    arch: tuple[str, ...]
+    ptx: str | None
+    numpy_major: int = 2
+    aarch64_cuda: bool = False  # the plugin's aarch64 wheels are CUDA builds
+    arch_from: str | None = None
+
+
+class PypiReleases(_Row):
+    """The releases a package has on PyPI (final, not yanked), as recorded by scripts/refresh_db.py: what a test
+    compares the database's rows with, offline."""
+
+    name: str
+    versions: tuple[str, ...]
+
+
 class TFRow(_Row):
     version: str
     python_min: str
@@ -203,6 +227,7 @@ class TFRow(_Row):
     cpu_flags: tuple[str, ...]
     requirement: str
     numpy_major: int = 2  # the numpy major the wheels accept (TF < 2.18 requires numpy < 2)
+    numpy_max: str | None = None  # the newest numpy the wheels' Requires-Dist admits within that major (2.12: <1.24)
     aarch64_cuda: bool = False  # tensorflow[and-cuda] brings CUDA wheels on aarch64 too
 
 
@@ -227,6 +252,7 @@ class JetsonTorch(_Row):
     python: str  # the one CPython the wheel is built for (cp310)
     url: str  # NVIDIA's directory is not a PEP 503 index: the wheel is planned as a direct reference
     sha256: str | None = None  # None: the file could not be hashed from here; the plan refuses it
+    sha256_from: str | None = None  # where the hash was read (an index's link, a published checksum, a download)
 
 
 class ColabFramework(BaseModel):
@@ -320,8 +346,10 @@ class CompatDB(BaseModel):
     nvidia_repo: NvidiaRepo | None = None
     torch: tuple[TorchRow, ...] = ()
     torch_index_url: str = "https://download.pytorch.org/whl/{variant}"
+    torch_releases: PypiReleases | None = None  # torch's releases on PyPI since the first row's
     pypi_index_url: str = "https://pypi.org/simple"
     tensorflow: tuple[TFRow, ...] = ()
+    jax: tuple[JaxRow, ...] = ()
     jetpack: tuple[JetPack, ...] = ()
     jetson_torch: tuple[JetsonTorch, ...] = ()
     colab: tuple[ColabRuntime, ...] = ()
@@ -468,6 +496,7 @@ def _read_db(root: Path) -> CompatDB:
         os_ = _read(root / "os.yaml")
         torch = _read(root / "pytorch.yaml")
         tf = _read(root / "tensorflow.yaml")
+        jax = _read(root / "jax.yaml")
         plat = _read(root / "platforms.yaml")
         cloud = _read(root / "cloud.yaml")
         images = _read(root / "images.yaml")
@@ -492,8 +521,10 @@ def _read_db(root: Path) -> CompatDB:
             nvidia_repo=os_["nvidia_repo"],
             torch=torch["rows"],
             torch_index_url=torch["index_url"],
+            torch_releases=torch.get("pypi_releases"),
             pypi_index_url=pypi["index"]["url"],
             tensorflow=tf["rows"],
+            jax=jax["rows"],
             jetpack=plat["jetpack"],
             jetson_torch=plat["jetson_pytorch"],
             colab=plat["colab"],

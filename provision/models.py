@@ -37,7 +37,7 @@ UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]$")]
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
 IndexName = Literal["pypi", "pytorch"]
-FrameworkName = Literal["pytorch", "tensorflow"]
+FrameworkName = Literal["pytorch", "tensorflow", "jax"]
 # An index URL reaches pip's command line and pip.conf: http(s), no spaces, quotes or shell characters; {variant}
 # is the only brace.
 IndexURL = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9._~:/?@%+=&-]+(\{variant\}[A-Za-z0-9._~:/%-]*)?$",

@@ -75,6 +75,20 @@ def plan_sets(only: list[str] | None = None, data: Path | None = None) -> list[C
         ("h100@ubuntu-24.04", h100, {"_os": "ubuntu-24.04"}),
         ("h100+pytorch+tensorflow", h100, {"frameworks": [{"name": "pytorch"}, {"name": "tensorflow"}]}),
         ("gh200+pytorch (aarch64)", h100, {"_gpu": "GH200 96GB", "_arch": "aarch64", "_os": "ubuntu-24.04"}),
+        # Pins of issue 31: the releases before 2.14 (numpy 1 and its caps, older CUDA pins) and JupyterLab on
+        # JetPack 5's Python 3.8.
+        ("h100+tensorflow-2.10", h100, {"frameworks": [{"name": "tensorflow", "version": "2.10"}]}),
+        ("h100+tensorflow-2.12.0", h100, {"frameworks": [{"name": "tensorflow", "version": "2.12.0"}]}),
+        ("h100+tensorflow-2.13", h100, {"frameworks": [{"name": "tensorflow", "version": "2.13"}]}),
+        ("h100+pytorch-2.2", h100, {"frameworks": [{"name": "pytorch", "version": "2.2"}]}),
+        ("h100+pytorch-2.10", h100, {"frameworks": [{"name": "pytorch", "version": "2.10"}]}),
+        ("h100+pytorch-2.12", h100, {"frameworks": [{"name": "pytorch", "version": "2.12"}]}),
+        # JAX: the CUDA 13 plugin on Python 3.12, the CUDA 12 one on Python 3.10 (the plugins' requirements are
+        # ranges: the plan's CUDA and cuDNN pins must sit inside them).
+        ("h100+jax@ubuntu-24.04", h100, {"frameworks": [{"name": "jax"}], "_os": "ubuntu-24.04"}),
+        ("h100+jax", h100, {"frameworks": [{"name": "jax"}]}),
+        ("jetson-orin-nano@jetpack-5.1.2+jupyter", share_dir("profiles") / "jetson-orin-nano.yaml",
+         {"_jetpack": "5.1.2", "_os_release": "20.04", "jupyter": {"enabled": True}, "frameworks": []}),
     ]
     out = []
     for name, path, change in variants:
@@ -89,6 +103,11 @@ def plan_sets(only: list[str] | None = None, data: Path | None = None) -> list[C
                 data["hardware"]["gpu"]["model"] = change["_gpu"]
             if "_arch" in change:
                 data["target"]["arch"] = change["_arch"]
+            if "_jetpack" in change:
+                data["target"]["jetpack"] = change["_jetpack"]
+                data["target"]["os"]["release"] = change["_os_release"]
+            if "jupyter" in change:
+                data["software"]["jupyter"].update(change["jupyter"])
             prof = type(prof).model_validate(data)
         plan = resolve(prof, db, profile_path=str(path))
         reqs, skipped = [], []

@@ -13,10 +13,16 @@ Debian (apt-cache against Debian's own lists, main contrib non-free non-free-fir
 directory so the machine's apt configuration is not touched):
   * every Debian driver and CUDA package row in os.yaml: the candidate version now, against the row's;
   * whether Debian packages NVIDIA Fabric Manager at all.
+--add-torch writes to pytorch.yaml: the list of torch's releases on PyPI (pypi_releases, which tests/data compares
+the rows with offline) and, for each release since the first row that has no PyPI row, that row, read from the
+wheel itself: its Requires-Dist (PEP 658 metadata) gives the CUDA, cuDNN and pins, its tags the Pythons, and the fat
+binaries of torch/lib/libtorch_cuda.so (read by HTTP range requests of that one zip member, ~350-600 MB, parsed by
+provision/verify/fatbin.py) the architectures. The other CUDA variants of a new release line are PyTorch's matrix
+and stay a person's edit.
 --hash-jetson downloads NVIDIA's Jetson PyTorch wheels and prints their sha256 for platforms.yaml (where
 developer.download.nvidia.com is reachable).
 
-Nothing is written to the data files: the output says which rows to change, a person changes them (and the
+Apart from --add-torch, nothing is written to the data files: the output says which rows to change, a person changes them (and the
 `checked` dates) and reviews the plans that move (`pytest tests/unit/test_plan_golden.py --update-golden`).
 Exit status: 0, or 1 with --strict when anything changed.
 """
@@ -25,13 +31,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,17 +200,21 @@ def _pythons(low: str, high: str) -> list[str]:
     return [f"{lo[0]}.{m}" for m in range(lo[1], hi[1] + 1)] if lo[0] == hi[0] else [low, high]
 
 
-def plan_numpy(db: CompatDB, major: int, python: str) -> str | None:
+def plan_numpy(db: CompatDB, major: int, python: str, newest: str | None = None) -> str | None:
     """The numpy version a plan takes for this major and Python: as the resolver does, the newest numpy row of
-    pypi.yaml whose Python range holds it, within the major where one exists."""
+    pypi.yaml whose Python range holds it, within the major where one exists (and no newer than `newest`, a
+    TensorFlow row's numpy_max)."""
     rows = [t for t in db.tools if t.name == "numpy"
             and Version(t.python_min) <= Version(python) <= Version(t.python_max)]
     rows = [t for t in rows if Version(t.requirement.split("==")[1]).major == major] or rows
+    if newest is not None:
+        rows = [t for t in rows if Version(t.requirement.split("==")[1]) <= Version(newest)]
     versions = sorted((Version(t.requirement.split("==")[1]) for t in rows), reverse=True)
     return str(versions[0]) if versions else None
 
 
-def numpy_problems(db: CompatDB, numpy_major: int, python_min: str, python_max: str, deps: list[str]) -> list[str]:
+def numpy_problems(db: CompatDB, numpy_major: int, python_min: str, python_max: str, deps: list[str],
+                   numpy_max: str | None = None) -> list[str]:
     """For each Python the row supports: the numpy the plan takes, where the wheel's numpy requirement (its
     markers evaluated for that Python) refuses it."""
     out = []
@@ -209,7 +222,7 @@ def numpy_problems(db: CompatDB, numpy_major: int, python_min: str, python_max: 
         env = {**default_environment(), "python_version": python, "python_full_version": python + ".0", "extra": ""}
         reqs = [r for r in (Requirement(d) for d in deps) if r.name.lower() == "numpy"
                 and (r.marker is None or r.marker.evaluate(env))]
-        take = plan_numpy(db, numpy_major, python)
+        take = plan_numpy(db, numpy_major, python, numpy_max)
         if take is not None and not all(r.specifier.contains(take, prereleases=True) for r in reqs):
             out.append(f"Python {python}: the plan takes numpy {take}, the wheel requires {', '.join(str(r.specifier) for r in reqs)}")
     return out
@@ -250,7 +263,7 @@ def check_framework_wheels(rep: Report, db: CompatDB) -> None:
         # numpy_major is the numpy line the plan takes with the build: the check is that the numpy the plan
         # would pin for each supported Python is one the wheel accepts (TF 2.18/2.19 take numpy 2.0/2.1 but
         # not 2.2, so their rows say numpy_major 1).
-        for problem in numpy_problems(db, row.numpy_major, row.python_min, row.python_max, deps):
+        for problem in numpy_problems(db, row.numpy_major, row.python_min, row.python_max, deps, row.numpy_max):
             rep.change(f"{where} (numpy_major {row.numpy_major}): {problem}")
         cudnn = [Requirement(d.split(";")[0]) for d in deps if d.startswith("nvidia-cudnn")]
         if cudnn and not any(accepts_release(c.specifier, row.cudnn, _builds(db, row.cudnn)) for c in cudnn):
@@ -341,6 +354,186 @@ def _deb_max(versions: list[str]) -> str:
     return best
 
 
+# --- New torch releases ------------------------------------------------------------------------------------------
+
+
+class RangeFile(io.RawIOBase):
+    """A remote file read by HTTP range requests (32 MiB at a time), seekable, for zipfile: one member of a wheel
+    is fetched without the rest of it."""
+
+    def __init__(self, url: str, size: int) -> None:
+        super().__init__()
+        self.url, self.size, self.pos = url, size, 0
+        self.buf_start, self.buf = 0, b""
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, off: int, whence: int = 0) -> int:
+        self.pos = off if whence == 0 else self.pos + off if whence == 1 else self.size + off
+        return self.pos
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        n = min(len(b), self.size - self.pos)
+        if n <= 0:
+            return 0
+        if not (self.buf_start <= self.pos and self.pos + n <= self.buf_start + len(self.buf)):
+            end = min(self.size, self.pos + max(n, 32 << 20)) - 1
+            req = urllib.request.Request(self.url, headers={**UA, "Range": f"bytes={self.pos}-{end}"})
+            with urllib.request.urlopen(req, timeout=300) as resp:
+                self.buf_start, self.buf = self.pos, resp.read()
+        off = self.pos - self.buf_start
+        chunk = self.buf[off:off + n]
+        b[: len(chunk)] = chunk
+        self.pos += len(chunk)
+        return len(chunk)
+
+
+def final_releases(data: dict, first: str) -> list[str]:
+    """A package's final (not pre-release), not entirely yanked releases from `first` on, in version order."""
+    out = []
+    for v, files in data["releases"].items():
+        try:
+            pv = Version(v)
+        except InvalidVersion:
+            continue
+        if files and not pv.is_prerelease and pv >= Version(first) and not all(f.get("yanked") for f in files):
+            out.append(v)
+    return sorted(out, key=Version)
+
+
+def _wheel_files(data: dict, version: str, machine: str) -> list[dict]:
+    """The release's manylinux wheels for a machine, CPython 3.11's first, free-threaded builds last."""
+    files = [f for f in data["releases"][version] if machine in f["filename"] and "manylinux" in f["filename"]]
+    return sorted(files, key=lambda f: (bool(re.search(r"cp3\d+t-", f["filename"])), "cp311" not in f["filename"],
+                                        f["filename"]))
+
+
+def _metadata(url: str, files: list[dict]) -> list[str] | None:
+    """Requires-Dist of the first of the wheels whose PEP 658 metadata the index serves."""
+    for f in files:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(urllib.parse.urljoin(url, f["url"]) + ".metadata",
+                                                               headers=UA), timeout=60) as resp:
+                text = resp.read().decode()
+        except (urllib.error.URLError, TimeoutError):
+            continue
+        return [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("Requires-Dist: ")]
+    return None
+
+
+def _pin(deps: list[Requirement], prefix: str) -> tuple[str, str] | None:
+    for d in deps:
+        if d.name.startswith(prefix):
+            pins = [s.version for s in d.specifier if s.operator == "=="]
+            if pins:
+                return d.name, pins[0]
+    return None
+
+
+def torch_row(db: CompatDB, version: str, wheel: str, url: str, sha256: str, deps: list[str], arm_deps: list[str] | None,
+              pythons: list[str], cubin: list[int], ptx: list[int], containers: int, today: str) -> str:
+    """pytorch.yaml's row (flow style, as the file's others) of a release's PyPI build, from what its wheel says."""
+    reqs = [Requirement(d) for d in deps]
+    toolkit = _pin(reqs, "cuda-toolkit") or _pin(reqs, "nvidia-cuda-runtime")
+    cudnn = _pin(reqs, "nvidia-cudnn")
+    if toolkit is None or cudnn is None:
+        raise ValueError(f"torch {version}: no CUDA runtime or cuDNN pin in the wheel's Requires-Dist")
+    cuda = ".".join(toolkit[1].split(".")[:2])
+    row = next((r for r in db.pypi_cuda if r.cuda == cuda), None)
+    pins = []
+    for req in (row.cublas, row.runtime, row.nvrtc, row.nvcc) if row else ():
+        if req:
+            name, want = req.split("==")
+            got = _pin([d for d in reqs if d.name == name], name)
+            if got and got[1] != want:
+                pins.append(f"{name}=={got[1]}")
+    arm_cuda = bool(arm_deps) and not all('platform_machine == "x86_64"' in d for d in arm_deps or ()
+                                          if d.startswith(("nvidia-", "cuda-")))
+
+    def cc(n: int) -> str:
+        return f"{n // 10}.{n % 10}"
+
+    def q(items: list[str]) -> str:
+        return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+    py = sorted(pythons, key=Version)
+    text = (
+        f'  - {{version: "{version}", variant: cu{cuda.replace(".", "")}, cuda: "{cuda}", python_min: "{py[0]}", '
+        f'python_max: "{py[-1]}", cudnn: "{".".join(cudnn[1].split(".")[:3])}",\n'
+        f'     arch: {q([cc(n) for n in sorted(cubin)])}, ptx: {chr(34) + cc(max(ptx)) + chr(34) if ptx else "null"}, '
+        f'pypi_default: true, numpy_major: {1 if Version(version) < Version("2.4") else 2},\n'
+        f'     arch_from: "fatbin of torch/lib/libtorch_cuda.so in the PyPI wheel {wheel} (sha256 {sha256[:16]}...), '
+        f'read by HTTP range reads {today} ({containers} containers{", no PTX" if not ptx else ""})",\n'
+    )
+    if pins:
+        text += f"     pins: {q(pins)},\n"
+    if arm_cuda:
+        text += "     aarch64_cuda: true,\n"
+    text += (
+        f'     confidence: verified, note: "Requires-Dist ({cudnn[0]}=={cudnn[1]}, {toolkit[0]}=={toolkit[1]}) read from '
+        f'the wheel\'s PEP 658 metadata",\n'
+        f'     source: "{url}", checked: "{today}"}}\n'
+    )
+    return text
+
+
+def releases_block(versions: list[str], today: str) -> str:
+    return (
+        "# torch's final releases on PyPI since the first row (none yanked), written by scripts/refresh_db.py --add-torch:\n"
+        "# tests/data checks that every one of them has a PyPI row here.\n"
+        "pypi_releases:\n  name: torch\n  versions: [" + ", ".join(f'"{v}"' for v in versions) + "]\n"
+        f'  source: "https://pypi.org/pypi/torch/json"\n  checked: "{today}"\n'
+    )
+
+
+def add_torch(rep: Report, db: CompatDB, path: Path, today: str) -> None:
+    """Record torch's PyPI releases in pytorch.yaml and add the PyPI row of each release that has none."""
+    from provision.verify.fatbin import read_images
+
+    data = pypi("torch")
+    if data is None:
+        rep.note("torch not reachable on PyPI: pytorch.yaml unchanged")
+        return
+    api = "https://pypi.org/pypi/torch/json"
+    first = min((r.version for r in db.torch), key=Version)
+    versions = final_releases(data, first)
+    have = {r.version for r in db.torch if r.pypi_default}
+    new_rows = []
+    for version in (v for v in versions if v not in have):
+        files = _wheel_files(data, version, "x86_64")
+        deps = _metadata(api, files)
+        if not files or deps is None:
+            rep.note(f"torch {version}: no x86_64 wheel metadata; not added")
+            continue
+        wheel = files[0]
+        url = urllib.parse.urljoin(api, wheel["url"])
+        with zipfile.ZipFile(io.BufferedReader(RangeFile(url, wheel["size"]), buffer_size=1 << 20)) as zf:
+            tmp = path.parent / f".libtorch_cuda-{version}.so"
+            try:
+                with zf.open("torch/lib/libtorch_cuda.so") as src, tmp.open("wb") as dst:
+                    for chunk in iter(lambda: src.read(8 << 20), b""):
+                        dst.write(chunk)
+                images = read_images(tmp)
+            finally:
+                tmp.unlink(missing_ok=True)
+        pythons = sorted({f"3.{m.group(1)}" for f in files if (m := re.search(r"-cp3(\d+)-", f["filename"]))}, key=Version)
+        arm = _metadata(api, _wheel_files(data, version, "aarch64"))
+        new_rows.append(torch_row(db, version, wheel["filename"], url, wheel["digests"]["sha256"], deps, arm, pythons,
+                                  sorted(images.cubin), sorted(images.ptx), images.containers, today))
+        rep.change(f"pytorch.yaml: added torch {version} (PyPI build, {images.describe()})")
+    text = path.read_text()
+    head, sep, _ = text.partition("# torch's final releases on PyPI")
+    path.write_text(head + "".join(new_rows) + releases_block(versions, today))
+    rep.ok(f"pytorch.yaml: {len(versions)} torch releases on PyPI recorded")
+
+
 # --- Jetson wheels ----------------------------------------------------------------------------------------------
 
 
@@ -363,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pypi", action="store_true")
     ap.add_argument("--no-debian", action="store_true")
     ap.add_argument("--hash-jetson", action="store_true", help="download NVIDIA's Jetson wheels and hash them")
+    ap.add_argument("--add-torch", action="store_true",
+                    help="record torch's PyPI releases in pytorch.yaml and add the rows of new ones, read from their wheels")
     ap.add_argument("--strict", action="store_true", help="exit 1 when anything changed")
     args = ap.parse_args(argv)
     db = _read_db(data_dir())
@@ -373,6 +568,10 @@ def main(argv: list[str] | None = None) -> int:
         check_debian(rep, db)
     if args.hash_jetson:
         hash_jetson(rep, db)
+    if args.add_torch:
+        import datetime
+
+        add_torch(rep, db, data_dir() / "pytorch.yaml", datetime.date.today().isoformat())
     print(f"summary: {rep.checked} facts unchanged, {len(rep.changes)} changed, {len(rep.notes)} not checked")
     return 1 if args.strict and rep.changes else 0
 

@@ -105,6 +105,18 @@ def test_framework_at_planned_version(host, framework):
         f"{framework['package']} {out.stdout.strip()}, plan says {framework['version']}")
 
 
+@pytest.mark.parametrize("framework", [] if SKIP_FRAMEWORKS else [f for f in PLAN["frameworks"] if f["name"] == "jax"],
+                         ids=lambda f: f"jax-{f['variant']}-plugin")
+def test_jax_cuda_plugin_of_the_planned_cuda(host, framework):
+    """jax[cudaNN] brings the CUDA plugin and its PJRT runtime at jax's own version: without them JAX runs on the
+    CPU only, silently."""
+    for name in (f"jax-{framework['variant']}-plugin", f"jax-{framework['variant']}-pjrt"):
+        out = host.run(as_user(f"{VENV}/bin/python -m pip show {shlex.quote(name)}"))
+        assert out.rc == 0, f"{name} not installed in {VENV}: JAX would run on the CPU only"
+        installed = next((ln.split(":", 1)[1].strip() for ln in out.stdout.splitlines() if ln.startswith("Version:")), "")
+        assert installed == framework["version"], f"{name} {installed}, plan says jax {framework['version']}"
+
+
 def test_venv_owned_by_plan_user(host):
     python = host.file(f"{VENV}/bin/python")
     assert python.exists, f"{VENV}/bin/python missing"

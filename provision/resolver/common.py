@@ -82,10 +82,12 @@ def warn_hardware(ctx: Ctx) -> None:
         )
 
 
-def _tool(ctx: Ctx, name: str, numpy_major: int | None = None) -> str | None:
+def _tool(ctx: Ctx, name: str, numpy_major: int | None = None, newest: str | None = None) -> str | None:
     rows = [t for t in ctx.db.tools if t.name == name and in_range(ctx.python, t.python_min, t.python_max)]
     if numpy_major is not None:
         rows = [t for t in rows if major(t.requirement.split("==")[1]) == numpy_major] or rows
+    if newest is not None:
+        rows = [t for t in rows if V(t.requirement.split("==")[1]) <= V(newest)]
     rows.sort(key=lambda t: V(t.requirement.split("==")[1]), reverse=True)
     return rows[0].requirement if rows else None
 
@@ -94,7 +96,10 @@ def numpy_requirement(ctx: Ctx, fws: tuple[FrameworkPlan, ...]) -> str:
     """The numpy every planned framework accepts: torch < 2.3 is built against numpy 1, TF < 2.18 requires < 2."""
     majors = [r.numpy_major for f in fws for r in ctx.db.torch if f.name == "pytorch" and r.version == f.version][:1]
     majors += [r.numpy_major for f in fws for r in ctx.db.tensorflow if f.name == "tensorflow" and r.version == f.version]
-    req = _tool(ctx, "numpy", min(majors) if majors else None)
+    majors += [r.numpy_major for f in fws for r in ctx.db.jax if f.name == "jax" and r.version == f.version][:1]
+    caps = [r.numpy_max for f in fws for r in ctx.db.tensorflow
+            if f.name == "tensorflow" and r.version == f.version and r.numpy_max]
+    req = _tool(ctx, "numpy", min(majors) if majors else None, min(caps, key=V) if caps else None)
     if req is None:
         raise IncompatibleError(f"no numpy build in the database for Python {ctx.python}", where=ctx.where)
     return req
@@ -145,8 +150,9 @@ def jupyter_plan(ctx: Ctx) -> JupyterPlan:
     if enabled:
         lab, kernel = _tool(ctx, "jupyterlab"), _tool(ctx, "ipykernel")
         if lab is None or kernel is None:
+            floor = min((t.python_min for t in ctx.db.tools if t.name == "jupyterlab"), key=V, default="?")
             raise IncompatibleError(
-                f"JupyterLab in the database needs Python 3.9+, this target has {ctx.python}",
+                f"JupyterLab in the database needs Python {floor}+, this target has {ctx.python}",
                 alternatives=["set software.jupyter.enabled: false"],
                 where=ctx.where,
             )

@@ -1,4 +1,4 @@
-"""Framework builds: the PyTorch and TensorFlow candidates, why one cannot serve this machine, the refusals that
+"""Framework builds: the PyTorch, TensorFlow and JAX candidates, why one cannot serve this machine, the refusals that
 name the conflict, and the FrameworkPlan of the chosen build with the builds it passed over. Installable targets
 only; Colab and Jetson take the platform's builds (provision.resolver.colab, .jetson)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.compat import GPU, TFRow, TorchRow
+from provision.compat import GPU, JaxRow, TFRow, TorchRow
 from provision.errors import IncompatibleError
 from provision.models import FrameworkName, FrameworkPlan, FrameworkRequest
 from provision.resolver.context import Ctx
@@ -16,7 +16,7 @@ from provision.versions import V
 
 @dataclass(frozen=True)
 class Fw:
-    """One framework build candidate (PyTorch or TensorFlow row), normalised."""
+    """One framework build candidate (PyTorch, TensorFlow or JAX row), normalised."""
 
     name: FrameworkName
     package: str
@@ -30,7 +30,7 @@ class Fw:
     index_url: str | None
     numpy_major: int
     source: str
-    row: TorchRow | TFRow
+    row: TorchRow | TFRow | JaxRow
     index: str = "pypi"  # the index that serves the build: pypi | pytorch
 
 
@@ -76,6 +76,29 @@ def tf_candidates(ctx: Ctx) -> list[Fw]:
     ]
 
 
+def jax_candidates(ctx: Ctx) -> list[Fw]:
+    """jax[cuda12] / jax[cuda13] of each release: the extra brings jaxlib, the CUDA plugin and NVIDIA's wheels."""
+    return [
+        Fw("jax", "jax", r.version, r.extra, r.cuda, r.cudnn, r.arch, r.ptx, f"jax[{r.extra}]=={r.version}", None,
+           r.numpy_major, r.source, r)
+        for r in ctx.db.jax
+    ]
+
+
+def candidates(ctx: Ctx, name: str) -> list[Fw]:
+    """Every build of the named framework the database has."""
+    if name == "pytorch":
+        return torch_candidates(ctx)
+    return jax_candidates(ctx) if name == "jax" else tf_candidates(ctx)
+
+
+def _build(fw: Fw) -> str:
+    """How a build is named in messages: torch 2.6.0+cu124, jax 0.12.0.1[cuda13]."""
+    if fw.name == "jax":
+        return f"jax {fw.version}[{fw.variant}]"
+    return f"torch {fw.version}+{fw.variant}"
+
+
 def _runs_on(fw: Fw, gpu: GPU) -> bool:
     """Whether the build has code for this GPU at all (torch: kernels or PTX; TensorFlow: its compute capability
     floor). A build that runs on the GPU but fails another link is a near miss worth explaining."""
@@ -103,8 +126,9 @@ def fw_problem(ctx: Ctx, fw: Fw, req: FrameworkRequest) -> str | None:
             return f"TensorFlow {fw.version} needs compute capability {row.min_cc}+, {gpu.model} has {gpu.cc}"
     else:
         if has_kernels(fw.arch, fw.ptx, gpu) is None:
+            what = "'s CUDA plugin" if isinstance(row, JaxRow) else ""
             return (
-                f"torch {fw.version}+{fw.variant} has kernels for {';'.join(fw.arch)}"
+                f"{_build(fw)}{what} has kernels for {';'.join(fw.arch) or 'no architecture'}"
                 f"{' (+PTX ' + fw.ptx + ')' if fw.ptx else ''}, none that runs on {gpu.sm}"
             )
     # Python after the GPU: the hardware cannot change, the Python can, so the hardware's reason is the one to give.
@@ -127,7 +151,7 @@ def fw_problem(ctx: Ctx, fw: Fw, req: FrameworkRequest) -> str | None:
         return f"its CUDA {fw.cuda} cannot build for {gpu.sm}"
     if ctx.indexes and ctx.indexes.get(fw.index) is None:
         return (
-            f"torch {fw.version}+{fw.variant} comes only from the {fw.index} index, which is off here "
+            f"{_build(fw)} comes only from the {fw.index} index, which is off here "
             f"(software.indexes.{fw.index}: false, or --index {fw.index}=off)"
         )
     return None
@@ -151,7 +175,7 @@ def refuse_framework(ctx: Ctx, req: FrameworkRequest, cands: list[Fw]) -> Incomp
         )
         problems = [(fw, p) for fw, p in ranked if p]
         no_kernels = [fw for fw, p in problems if "none that runs on" in p]
-        if req.name == "pytorch" and problems and len(no_kernels) == len(problems):
+        if req.name in ("pytorch", "jax") and problems and len(no_kernels) == len(problems):
             # Every build of the pinned release lacks kernels for this GPU: that is the conflict, name both sides.
             arch = sorted({a for fw in no_kernels for a in fw.arch}, key=V)
             last = max((fw for fw in cands if has_kernels(fw.arch, fw.ptx, gpu)), key=lambda f: V(f.version), default=None)
@@ -160,7 +184,7 @@ def refuse_framework(ctx: Ctx, req: FrameworkRequest, cands: list[Fw]) -> Incomp
                 f"({', '.join(sorted({f.variant or '' for f in no_kernels}))}) carry {';'.join(arch)}"
             ).replace("  ", " ")
             if last is not None:
-                why += f"; the newest release with {gpu.sm} kernels is {last.version}+{last.variant}"
+                why += f"; the newest release with {gpu.sm} kernels is {_build(last).split(' ', 1)[1]}"
         else:
             why = problems[0][1] if problems else f"no {req.name} build in the database"
     alternatives = []
@@ -182,7 +206,7 @@ def check_framework_cuda_pin(ctx: Ctx, req: FrameworkRequest, ok: list[Fw]) -> N
     sw, gpu = ctx.profile.software, ctx.gpu
     if any(pin_matches(sw.cuda, fw.cuda) for fw in ok):
         return
-    pool = torch_candidates(ctx) if req.name == "pytorch" else tf_candidates(ctx)
+    pool = candidates(ctx, req.name)
     with_pin = [fw for fw in pool if pin_matches(sw.cuda, fw.cuda) and pin_matches(req.version, fw.version)]
     fits = sorted(ok, key=lambda f: V(f.version), reverse=True)
     best = fits[0]
@@ -218,7 +242,7 @@ def framework_plan(ctx: Ctx, fw: Fw) -> FrameworkPlan:
             f"{'runs' if kind == 'sass' else 'the driver JIT-compiles'} on {gpu.sm}"
         )
     # Say why newer builds were passed over: that is the expert's knowledge the user came for.
-    pool = torch_candidates(ctx) if fw.name == "pytorch" else tf_candidates(ctx)
+    pool = candidates(ctx, fw.name)
     newer = [c for c in pool if V(c.version) > V(fw.version) or (c.version == fw.version and c.variant != fw.variant)]
     req = FrameworkRequest(name=fw.name)
     ranked = [(c, fw_problem(ctx, c, req)) for c in sorted(newer, key=lambda c: V(c.version), reverse=True)]

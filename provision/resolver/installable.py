@@ -12,12 +12,11 @@ from provision.errors import IncompatibleError
 from provision.resolver.context import Ctx, LanePlans
 from provision.resolver.frameworks import (
     Fw,
+    candidates,
     check_framework_cuda_pin,
     framework_plan,
     fw_problem,
     refuse_framework,
-    tf_candidates,
-    torch_candidates,
 )
 from provision.resolver.links import cudnn_supports, driver_runs, pin_matches, toolkit_builds
 from provision.resolver.stack import (
@@ -64,7 +63,7 @@ def resolve_installable(ctx: Ctx) -> LanePlans:
 
     fw_cands: list[list[Fw]] = []
     for req in sw.frameworks:
-        pool = torch_candidates(ctx) if req.name == "pytorch" else tf_candidates(ctx)
+        pool = candidates(ctx, req.name)
         ok = [fw for fw in pool if fw_problem(ctx, fw, req) is None]
         if not ok:
             raise refuse_framework(ctx, req, pool)

@@ -95,6 +95,8 @@ def resolve_jetson(ctx: Ctx, jp: JetPack) -> LanePlans:
                 f"NVIDIA's PyTorch wheel for JetPack {jp.jetpack} (torch {r.version}) is a file, not an index entry, and "
                 f"the database has no sha256 for it: provision plans it only as a hashed direct reference ({r.url})",
                 alternatives=[
+                    *[f"torch {h.version} for JetPack {jp.jetpack}, hashed (drop or change the version pin)"
+                      for h in [x for x in db.jetson_torch if x.jetpack == jp.jetpack and x.sha256][-1:]],
                     "hash it where developer.download.nvidia.com is reachable: scripts/refresh_db.py --hash-jetson, "
                     "then re-plan",
                     "remove pytorch from software.frameworks (CUDA, cuDNN and TensorRT still come with JetPack)",
@@ -105,8 +107,9 @@ def resolve_jetson(ctx: Ctx, jp: JetPack) -> LanePlans:
         ctx.reason(
             "framework:pytorch",
             f"torch {r.version} as a direct reference",
-            f"NVIDIA's PyTorch build for JetPack {jp.jetpack} (CUDA {r.cuda}, {gpu.sm}, Python {r.python}); desktop wheels "
-            f"do not run on Jetson, and NVIDIA's directory is not a package index, so pip gets the file and its hash",
+            f"the PyTorch build for JetPack {jp.jetpack} (CUDA {r.cuda}, {gpu.sm}, Python {r.python}); desktop wheels "
+            f"do not run on Jetson, so pip gets this file and checks its sha256, "
+            f"{'from ' + r.sha256_from if r.sha256_from else 'hashed where the file was downloaded'}",
             r.source,
         )
         if r.confidence == "unverified":

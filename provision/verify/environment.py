@@ -235,6 +235,45 @@ def check_framework_kernels(expect: Expect, python: str, cc: str | None, driver_
     return out
 
 
+def check_jax_kernels(expect: Expect, python: str, cc: str | None, driver_cuda: str | None) -> list[Check]:
+    """The compute capability against the GPU code JAX's CUDA plugin carries (its jax_plugins/xla_cudaNN and
+    jax_cudaNN_plugin libraries, read as check_framework_kernels reads torch's): XLA compiles its fused kernels for
+    the GPU at run time, but the plugin's own (linear algebra, PRNG, solvers) exist only for these architectures."""
+    out = []
+    for want in expect.frameworks:
+        if want.get("name") != "jax":
+            continue
+        label, extra = "framework-kernels:jax", want.get("variant") or "cuda12"
+        if cc is None:
+            out.append(Check(label, SKIP, "no compute capability to check against (no GPU, no --arch, no --profile)"))
+            continue
+        res = _probe(python, "jax_plugin_libs", [extra], timeout=60)
+        if "missing" in res or "error" in res:
+            out.append(Check(label, FAIL, f"JAX's {extra} plugin not found in {python}: "
+                             f"{res.get('missing') or res.get('error')} (the plan installs jax[{extra}])"))
+            continue
+        images, read = fatbin.Images(), []
+        for path in res.get("libs", []):
+            try:
+                found = fatbin.read_images(path)
+            except (OSError, fatbin.FatbinError) as exc:
+                out.append(Check(label, FAIL, f"cannot read the GPU code of {path}: {exc}"))
+                break
+            if not found.empty:
+                read.append(Path(path).name)
+            images = images | found
+        else:
+            figs = {"cubin": [f"sm_{a}" for a in sorted(images.cubin)], "ptx": [f"compute_{a}" for a in sorted(images.ptx)],
+                    "libraries": read, "compute_capability": cc}
+            if images.empty:
+                out.append(Check(label, FAIL, f"JAX's {extra} plugin in {python} carries no GPU code", figs))
+                continue
+            status, detail = framework_kernels(images, cc, want.get("cuda") or None, driver_cuda)
+            out.append(Check(label, status, f"jax {want.get('version')} [{extra}]: {detail} (read from {', '.join(read)})",
+                             figs))
+    return out
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Jupyter
 # --------------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .driver import CudaError, DeviceInfo, Driver, DriverNotFound, format_cuda_version, nvml_driver_version
-from .environment import check_framework_kernels, check_frameworks, check_jupyter
+from .environment import check_framework_kernels, check_frameworks, check_jax_kernels, check_jupyter
 from .expect import Expect
 from .kernel_checks import KERNELS, compile_kernels, run_kernels
 from .nvrtc import CompileResult, Nvrtc, NvrtcError, arch_number, choose_target
@@ -108,6 +108,8 @@ def run(
             target_cc = f"{n // 10}.{n % 10}"
         driver_cuda_version = format_cuda_version(drv.driver_version()) if drv is not None else expect.driver_cuda
         for c in check_framework_kernels(expect, python, target_cc, driver_cuda_version):
+            report.add(c)
+        for c in check_jax_kernels(expect, python, target_cc, driver_cuda_version):
             report.add(c)
 
     images: dict[str, CompileResult] = {}

@@ -149,6 +149,31 @@ def test_tensorflow_plans_on_a_cpu_with_avx():
     assert plan.frameworks[0].requirements == ("tensorflow[and-cuda]==2.20.0",)
 
 
+@pytest.mark.parametrize(
+    ("gpu", "os", "requirement", "cuda"),
+    [
+        # Turing on R580: the CUDA 13 plugin has its kernels, and the newest CUDA wins between builds of a release.
+        ("Turing Card", "debian-13", "jax[cuda13]==0.9.0", "13.0"),
+        # Pascal: the CUDA 13 plugin starts at sm_75, so the CUDA 12 one (sm_60 cubins run on sm_61).
+        ("Pascal Card", "debian-13", "jax[cuda12]==0.9.0", "12.6"),
+        # Turing on a driver (R535) that cannot run CUDA 13 (580+): the CUDA 12 plugin, by minor version compat.
+        ("Turing Card", "debian-12", "jax[cuda12]==0.9.0", "12.6"),
+    ],
+)
+def test_jax_plans_the_cuda_plugin_the_gpu_and_driver_allow(gpu, os, requirement, cuda):
+    plan = resolve(profile(gpu=gpu, os=os, frameworks=[{"name": "jax"}]), DB)
+    fw = plan.framework("jax")
+    assert fw.requirements == (requirement,) and fw.cuda == cuda and plan.cuda.version == cuda
+    assert plan.verify.numpy_requirement == "numpy==2.2.6"
+
+
+def test_a_gpu_the_jax_plugins_have_no_kernels_for_is_refused_with_their_architectures():
+    with pytest.raises(IncompatibleError) as err:
+        resolve(profile(gpu="Kepler Card", os="debian-12", frameworks=[{"name": "jax"}]), DB)
+    msg = str(err.value)
+    assert "no jax build has sm_37 kernels" in msg and "5.0;6.0;7.0;7.5;8.0;9.0" in msg, msg
+
+
 def test_framework_python_range_must_hold_the_os_python():
     with pytest.raises(IncompatibleError, match="Python"):
         resolve(profile("Pascal Card", "debian-13", frameworks=[{"name": "pytorch", "version": "2.0"}]), DB)

@@ -177,3 +177,84 @@ def test_the_cuda_of_a_build_comes_from_its_version_label(version, cuda):
     from provision.verify.environment import build_cuda
 
     assert build_cuda(version) == cuda
+
+
+# --- JAX: the CUDA plugin's libraries, read in the environment's Python (the real jax-cuda12-plugin wheel, 8 MB) --
+
+
+@pytest.fixture(scope="module")
+def jax_env(tmp_path_factory) -> str:
+    """A Python whose path holds jax_cuda12_plugin/*.so of the real 0.12.0.1 wheel: a wrapper script that puts the
+    extracted package on PYTHONPATH and runs this interpreter."""
+    found = sorted(CACHE.glob("jax_cuda12_plugin-0.12.0.1-*.whl"))
+    if not found:
+        # its wheels are manylinux_2_27, a tag _wheel()'s platforms do not name
+        CACHE.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                               "--python-version", "3.13", "--platform", "manylinux_2_27_x86_64", "--dest", str(CACHE),
+                               "--disable-pip-version-check", "--quiet", "jax-cuda12-plugin==0.12.0.1"],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, f"cannot download jax-cuda12-plugin: {proc.stderr.strip().splitlines()[-1:]}"
+        found = sorted(CACHE.glob("jax_cuda12_plugin-0.12.0.1-*.whl"))
+    wheel = found[0]
+    root = tmp_path_factory.mktemp("jaxenv")
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.startswith("jax_cuda12_plugin/") and (name.endswith(".so") or name.endswith("__init__.py")):
+                z.extract(name, root / "site")
+    python = root / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{root / "site"}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return str(python)
+
+
+def _jax_expect(variant="cuda12"):
+    from provision.verify.expect import Expect
+
+    return Expect(frameworks=[{"name": "jax", "package": "jax", "version": "0.12.0.1", "cuda": "12.6", "variant": variant}])
+
+
+@pytest.mark.parametrize(("cc", "status", "words"), [
+    ("8.6", PASS, "sm_80"),  # Ampere's 8.6 runs the plugin's sm_80 cubins
+    ("6.1", PASS, "sm_60"),
+    ("3.7", FAIL, "sm_50 sm_60 sm_70 sm_80 sm_90 sm_100 sm_101 sm_120 compute_120"),  # Kepler: nothing, and what it has
+])
+def test_jax_plugin_kernels_against_the_gpu(jax_env, cc, status, words):
+    from provision.verify.environment import check_jax_kernels
+
+    [check] = check_jax_kernels(_jax_expect(), jax_env, cc, "13.0")
+    assert check.name == "framework-kernels:jax" and check.status == status, check.detail
+    assert words in check.detail and "_linalg.so" in check.detail
+
+
+def test_a_missing_jax_plugin_is_a_failure_naming_the_extra(jax_env):
+    from provision.verify.environment import check_jax_kernels
+
+    [check] = check_jax_kernels(_jax_expect("cuda13"), jax_env, "8.6", "13.0")
+    assert check.status == FAIL and "jax_cuda13_plugin" in check.detail and "jax[cuda13]" in check.detail
+
+
+@pytest.fixture()
+def fake_jax_python(tmp_path) -> str:
+    """A Python that imports a stand-in jax whose CUDA backend is absent (jax.devices("gpu") raises, as JAX does
+    where no plugin or no GPU loaded)."""
+    pkg = tmp_path / "site" / "jax"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text('__version__ = "0.12.0.1"\n\ndef devices(kind=None):\n'
+                                     '    raise RuntimeError("Unknown backend: \'gpu\' requested")\n')
+    (pkg / "numpy.py").write_text("")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{tmp_path / "site"}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize(("gpu", "status", "words"), [
+    (False, PASS, "jax 0.12.0.1 imports (GPU part skipped: compile-only)"),
+    (True, FAIL, "jax 0.12.0.1 does not see the GPU"),  # a CPU-only JAX: the silent failure this check exists for
+])
+def test_the_jax_probe_imports_jax_and_asks_it_for_the_gpu(fake_jax_python, gpu, status, words):
+    from provision.verify.environment import check_frameworks
+
+    [check] = check_frameworks(_jax_expect(), fake_jax_python, gpu)
+    assert check.name == "framework:jax" and check.status == status and words in check.detail, check.detail

@@ -1,6 +1,6 @@
 """Probe: import a framework in the environment's Python and, on a GPU, multiply two matrices there.
 
-Run by provision/verify/environment.py as `python -c <this file> NAME WANT_GPU` (NAME pytorch | tensorflow,
+Run by provision/verify/environment.py as `python -c <this file> NAME WANT_GPU` (NAME pytorch | tensorflow | jax,
 WANT_GPU 1 | 0) with {"a": [[...]], "b": [[...]]} on stdin. Prints one line: PROVISION-PROBE {json}.
 Standard library only and plain syntax: the environment's Python may be older than the verifier's.
 """
@@ -36,6 +36,25 @@ try:
             with tf.device("/GPU:0"):
                 a, b = tf.constant(spec["a"], tf.float32), tf.constant(spec["b"], tf.float32)
                 out["c"] = tf.matmul(a, b).numpy().tolist()
+    elif name == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        out["version"] = jax.__version__
+        out["gpu"] = False
+        if want_gpu:
+            # jax.devices("gpu") raises where no CUDA backend loaded (no GPU, no plugin): that is "no GPU" here.
+            try:
+                gpus = jax.devices("gpu")
+            except RuntimeError:
+                gpus = []
+            out["gpu"] = bool(gpus)
+            if gpus:
+                out["device"] = gpus[0].device_kind
+                a = jax.device_put(jnp.asarray(spec["a"], dtype=jnp.float32), gpus[0])
+                b = jax.device_put(jnp.asarray(spec["b"], dtype=jnp.float32), gpus[0])
+                # HIGHEST: full float32 products (the default may use TF32 or bf16 passes on Ampere and newer)
+                out["c"] = jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST).tolist()
 except ImportError as exc:
     out["missing"] = str(exc)
 except Exception as exc:
