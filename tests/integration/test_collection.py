@@ -66,7 +66,7 @@ def project(tmp_path_factory):
                 env=user_env, cwd=tmp)
     assert build.returncode == 0, output(build)
     [tarball] = (tmp / "dist").glob("*.tar.gz")
-    install = run(str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(tmp / "collections"), str(tarball),
+    install = run(str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(tmp / "collections"), str(tarball),
                   env=user_env, cwd=tmp)
     assert install.returncode == 0, output(install)
 
