@@ -8,6 +8,7 @@ The collection used from a playbook of one's own against a stock Debian 13 host:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -34,7 +35,10 @@ def galaxy() -> dict:
 
 
 def run(*cmd: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300):
-    return subprocess.run(list(cmd), capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    # As a user's shell has it: none of provision's or the test run's ANSIBLE_* settings (a collections path that
+    # already holds provision.gpu would make `ansible-galaxy collection install` do nothing).
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    return subprocess.run(list(cmd), capture_output=True, text=True, env=env or clean, cwd=cwd, timeout=timeout)
 
 
 def test_the_collection_carries_the_package_version_and_name():
@@ -69,8 +73,9 @@ def tarball(tmp_path_factory) -> Path:
 def installed(tarball, tmp_path_factory) -> Path:
     """A collections path holding only the built tarball, installed as a user would."""
     path = tmp_path_factory.mktemp("collections")
-    proc = run(str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(path), str(tarball))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run(str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p", str(path), str(tarball))
+    assert proc.returncode == 0 and (path / "ansible_collections" / NAMESPACE / NAME / "MANIFEST.json").is_file(), (
+        proc.stdout + proc.stderr)
     return path
 
 

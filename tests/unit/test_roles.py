@@ -141,7 +141,10 @@ def test_roles_call_provisions_modules_by_the_collections_name(role: str) -> Non
 def test_scenarios_find_provisions_own_modules(scenario: Path) -> None:
     """Roles call provision.gpu.provision_apt_components, provision_facts and provision_python_apt (plugins/modules);
     molecule finds them through ANSIBLE_COLLECTIONS_PATH: the checkout's collections/ layout."""
-    env = load(scenario)["provisioner"]["env"]
+    config = load(scenario)
+    # molecule's prerun would install the repository's collection into ~/.ansible/collections, to outlive the run.
+    assert config["prerun"] is False
+    env = config["provisioner"]["env"]
     assert "ANSIBLE_LIBRARY" not in env
     path = env["ANSIBLE_COLLECTIONS_PATH"].replace("${MOLECULE_PROJECT_DIRECTORY}", str(scenario.parents[2]))
     for module in MODULE_NAMES:
