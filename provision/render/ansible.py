@@ -53,6 +53,22 @@ def verifier_source() -> Path:
     return Path(provision.verify.__file__).resolve().parent
 
 
+# JupyterLab's news prompt and update check, off: the settings' defaults (its documented overrides.json) and the
+# announcements plugin disabled in the page configuration, as the Jupyter Docker Stacks do. roles/jupyter's templates
+# write the same on a host, templates/Dockerfile.j2 in an image (provision.render.docker.jupyter_files).
+LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+LAB_PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
+
+
+def kernel_display_name(plan: Plan, *, skip_frameworks: bool = False) -> str:
+    """What JupyterLab calls the environment's one kernel: what it runs, e.g. "Python 3.13 · torch 2.7.1 · CUDA 12.6"
+    (the frameworks' CUDA, or the plan's where no framework is installed; none for CPU builds)."""
+    frameworks = [] if skip_frameworks else list(plan.frameworks)
+    parts = [f"Python {plan.python.version}", *(f"{f.package} {f.version}" for f in frameworks)]
+    cuda = next((f.cuda for f in frameworks if f.cuda), None) if frameworks else plan.cuda.version
+    return " · ".join(parts + ([f"CUDA {cuda}"] if cuda else []))
+
+
 def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | None = None) -> dict[str, Any]:
     """Each role's inputs (names from its meta/argument_specs.yml), all taken from the Plan."""
     venv, user = plan.python.venv, plan.user
@@ -106,6 +122,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "jupyter_bind": plan.jupyter.bind,
         "jupyter_auth": plan.jupyter.auth,
         "jupyter_tls": plan.jupyter.tls,
+        "jupyter_kernel_display_name": kernel_display_name(plan, skip_frameworks=skip_frameworks),
         "gpu_verify_expect_gpu": plan.verify.expect_gpu,
         "gpu_verify_target_arch": plan.verify.target_arch,
         "gpu_verify_expect": expect,

@@ -8,6 +8,7 @@ the output is byte-for-byte deterministic. The build context that goes with the 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from provision import __version__
 from provision.errors import UsageError, printable, show
 from provision.models import FrameworkPlan, Plan
 from provision.plan_rules import IMAGE_REF
+from provision.render.ansible import LAB_OVERRIDES, LAB_PAGE_CONFIG, kernel_display_name
 from provision.resources import share_dir
 
 TEMPLATE = "Dockerfile.j2"
@@ -363,4 +365,23 @@ def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, ski
         sh_home=shlex.quote(home),
         cudnn_origin=cudnn_origin(plan, skip_frameworks=skip_frameworks),
         cuda_home=plan.cuda.home if kind == "plain" else None,  # CUDA in the base: its own layout, not the host's
+        jupyter_files=jupyter_files(plan, skip_frameworks=skip_frameworks) if plan.jupyter.enabled else {},
     )
+
+
+def jupyter_files(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, str]:
+    """The files the image's environment gets beside JupyterLab, as the jupyter role writes them on a host: {path:
+    its JSON, shell-quoted for `printf '%s\\n'`}. The one kernel (python3, the spec ipykernel ships, rewritten with
+    the name of what it runs), JupyterLab's settings overrides (no news prompt, no update check) and its page
+    configuration (the announcements plugin off, as the Jupyter Docker Stacks have it)."""
+    venv = plan.python.venv
+    spec = {"argv": [f"{venv}/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": kernel_display_name(plan, skip_frameworks=skip_frameworks), "language": "python",
+            "metadata": {"debugger": True}}
+    files = {
+        f"{venv}/share/jupyter/kernels/python3/kernel.json": spec,
+        f"{venv}/share/jupyter/lab/settings/overrides.json": LAB_OVERRIDES,
+        f"{venv}/etc/jupyter/labconfig/page_config.json": LAB_PAGE_CONFIG,
+    }
+    # ASCII JSON (the name's middle dot as \u00b7): printf's %s copies it byte for byte.
+    return {path: shlex.quote(json.dumps(content, sort_keys=True)) for path, content in files.items()}
