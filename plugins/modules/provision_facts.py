@@ -657,7 +657,10 @@ def other_branch_packages(packages: list[dict], branch: str, sources: str, plann
     for p in packages:
         if p["status"] in ("", "not-installed", "config-files") or p["package"] in keep:
             continue
-        if pattern.search(p["source"]) and upstream_branch(p["version"]) not in ("", branch):
+        found_branch = upstream_branch(p["version"])
+        # Only a driver branch (three digits) counts: a helper built from the same source with a date for a version
+        # (20151021) says nothing about the branch.
+        if pattern.search(p["source"]) and len(found_branch) == 3 and found_branch != branch:
             found.append(f"{p['package']} {p['version']}")
     return sorted(found)
 

@@ -46,6 +46,11 @@ Package: nvidia-settings
 Status: install ok installed
 Version: 525.125.06-1
 
+Package: nvidia-kernel-common
+Status: install ok installed
+Source: nvidia-graphics-drivers
+Version: 20151021+13
+
 Package: hello
 Status: install ok unpacked
 Version: 2.10-3
