@@ -679,16 +679,16 @@ def hex_address(text: str) -> str:
     return ":".join(words[i:i + 2].hex() for i in range(0, 16, 2))
 
 
-def listeners(text: str, port: int) -> list[tuple[str, str]]:
-    """(address, socket inode) of each listening TCP socket on `port` in /proc/net/tcp or tcp6 text."""
+def listeners(text: str, port: int) -> list[tuple[str, str, int]]:
+    """(address, socket inode, owner's uid) of each listening TCP socket on `port` in /proc/net/tcp or tcp6 text."""
     found = []
     for line in text.splitlines()[1:]:
         parts = line.split()
-        if len(parts) < 10 or parts[3] != TCP_LISTEN or ":" not in parts[1]:
+        if len(parts) < 10 or parts[3] != TCP_LISTEN or ":" not in parts[1] or not parts[7].isdigit():
             continue
         address, _, hex_port = parts[1].rpartition(":")
         if int(hex_port, 16) == port:
-            found.append((hex_address(address), parts[9]))
+            found.append((hex_address(address), parts[9], int(parts[7])))
     return found
 
 
@@ -728,9 +728,48 @@ def socket_owners(inodes: set[str]) -> dict[str, list[dict]]:
     return found
 
 
+def processes() -> list[dict]:
+    """Every process's {pid, name, uid, cgroup}: what /proc shows of a process without ptrace's permission (a
+    container's root has no CAP_SYS_PTRACE, so it cannot read another account's /proc/PID/fd)."""
+    found = []
+    for entry in os.scandir(PROC):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "comm"), encoding="utf-8", errors="replace") as handle:
+                name = handle.read().strip()
+            with open(os.path.join(entry.path, "cgroup"), encoding="utf-8", errors="replace") as handle:
+                cgroup = handle.read()
+            with open(os.path.join(entry.path, "status"), encoding="utf-8", errors="replace") as handle:
+                # "Uid: real effective saved fs": a socket belongs to the effective one (the directory's owner is
+                # root for a process that is not dumpable).
+                uids = next((line.split()[1:] for line in handle if line.startswith("Uid:")), [])
+        except OSError:
+            continue
+        if len(uids) < 2 or not uids[1].isdigit():
+            continue
+        found.append({"pid": int(entry.name), "name": name, "uid": int(uids[1]), "cgroup": cgroup})
+    return found
+
+
+def in_unit(proc: dict, unit: str) -> bool:
+    return bool(unit) and f"/{unit}\n" in proc["cgroup"] + "\n"
+
+
+def holder_line(address: str, port: int, uid: int, owners: list[dict] | None, everyone: list[dict]) -> str:
+    """Who holds a socket: the processes whose descriptors show it, or, when they cannot be read, the socket's
+    account and that account's processes."""
+    if owners:
+        return ", ".join(f"{p['name']} (pid {p['pid']})" for p in owners) + f" on {address}:{port}"
+    account = name_of(pwd.getpwuid, uid) or f"uid {uid}"
+    theirs = [f"{p['name']} (pid {p['pid']})" for p in everyone if p["uid"] == uid][:3]
+    return (f"a process of account {account!r} on {address}:{port}"
+            + (f" (its processes: {', '.join(theirs)})" if theirs else ""))
+
+
 def port_holders(port: int, bind: str, own_unit: str) -> list[str]:
-    """"name (pid N) on address:port" for each process listening where the planned server would, except
-    provision's own unit (a re-apply finds its own server there)."""
+    """One line per socket listening where the planned server would, naming what holds it; provision's own unit
+    (a re-apply finds its own server there) is left out."""
     sockets = []
     for table in ("tcp", "tcp6"):
         try:
@@ -738,20 +777,20 @@ def port_holders(port: int, bind: str, own_unit: str) -> list[str]:
                 sockets += listeners(handle.read(), port)
         except FileNotFoundError:
             continue
-    sockets = [(a, i) for a, i in sockets if overlaps(a, bind)]
+    sockets = [s for s in sockets if overlaps(s[0], bind)]
     if not sockets:
         return []
-    owners = socket_owners({i for _, i in sockets})
+    owners = socket_owners({i for _, i, _ in sockets})
+    everyone = processes()
     found = []
-    for address, inode in sockets:
+    for address, inode, uid in sockets:
         procs = owners.get(inode)
-        if not procs:
-            found.append(f"a process this read cannot see (socket {inode}) on {address}:{port}")
+        if procs and any(in_unit(p, own_unit) for p in procs):
             continue
-        for proc in procs:
-            if own_unit and f"/{own_unit}\n" in proc["cgroup"] + "\n":
-                continue
-            found.append(f"{proc['name']} (pid {proc['pid']}) on {address}:{port}")
+        if not procs and any(in_unit(p, own_unit) and p["uid"] == uid for p in everyone):
+            # Its descriptors cannot be read here, but provision's unit runs a process as the socket's account.
+            continue
+        found.append(holder_line(address, port, uid, procs, everyone))
     return sorted(set(found))
 
 

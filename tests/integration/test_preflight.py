@@ -148,10 +148,13 @@ def test_nvidia_repo_with_another_keyring_is_refused(hosts):
 
 def test_a_held_jupyter_port_is_refused_and_an_existing_normal_account_is_not(hosts):
     sh("useradd -m -s /bin/bash ml && echo mine > /home/ml/notes.txt && chown ml: /home/ml/notes.txt")
-    pid = sh("setsid python3 -m http.server 8888 --bind 127.0.0.1 >/dev/null 2>&1 & echo $!").stdout.strip()
+    # Another service's account, as a web server runs: a container's root cannot read its descriptors (no
+    # CAP_SYS_PTRACE), so the line names the account and its processes; on a host it names the process itself.
+    pid = sh("cd /tmp && setsid setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -m http.server 8888 "
+             "--bind 127.0.0.1 >/dev/null 2>&1 & echo $!").stdout.strip()
     try:
         sh("for i in $(seq 50); do grep -q ':22B8 00000000:0000 0A' /proc/net/tcp && exit 0; sleep 0.1; done; exit 1")
-        line = refused(hosts, "Jupyter port 8888 is held by python3", f"(pid {pid}) on 127.0.0.1:8888",
+        line = refused(hosts, "Jupyter port 8888 is held by", f"python3 (pid {pid})", "127.0.0.1:8888",
                        "software.jupyter.port")
         assert "account" not in line  # a normal account with the planned name and home is reused, files kept
         assert sh("cat /home/ml/notes.txt").stdout == "mine\n"

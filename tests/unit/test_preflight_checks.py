@@ -106,8 +106,17 @@ TCP6 = """  sl  local_address                         remote_address            
 
 
 def test_listeners_on_the_port_only_listening_sockets():
-    assert facts.listeners(TCP, 8888) == [("127.0.0.1", "4242"), ("10.0.0.5", "5151")]
-    assert facts.listeners(TCP6, 8888) == [("*", "6161"), ("0000:0000:0000:0000:0000:0000:0000:0001", "7171")]
+    assert facts.listeners(TCP, 8888) == [("127.0.0.1", "4242", 1000), ("10.0.0.5", "5151", 1000)]
+    assert facts.listeners(TCP6, 8888) == [("*", "6161", 1000), ("0000:0000:0000:0000:0000:0000:0000:0001", "7171", 1000)]
+
+
+def test_a_holder_whose_descriptors_cannot_be_read_is_named_by_its_account():
+    # A container's root has no CAP_SYS_PTRACE: another account's /proc/PID/fd cannot be read, its uid and names can.
+    everyone = [{"pid": 7, "name": "python3", "uid": 0, "cgroup": ""},
+                {"pid": 9, "name": "nginx", "uid": 0, "cgroup": ""}]
+    assert facts.holder_line("127.0.0.1", 8888, 0, None, everyone) == (
+        "a process of account 'root' on 127.0.0.1:8888 (its processes: python3 (pid 7), nginx (pid 9))")
+    assert facts.holder_line("*", 8888, 0, [everyone[0]], everyone) == "python3 (pid 7) on *:8888"
 
 
 @pytest.mark.parametrize(("listening", "bind", "clash"), [
