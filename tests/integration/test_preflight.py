@@ -156,7 +156,7 @@ def test_a_held_jupyter_port_is_refused_and_an_existing_normal_account_is_not(ho
         sh("for i in $(seq 50); do grep -q ':22B8 00000000:0000 0A' /proc/net/tcp && exit 0; sleep 0.1; done; exit 1")
         line = refused(hosts, "Jupyter port 8888 is held by", f"python3 (pid {pid})", "127.0.0.1:8888",
                        "software.jupyter.port")
-        assert "account" not in line  # a normal account with the planned name and home is reused, files kept
+        assert "planned account" not in line  # a normal account with the planned name and home is reused, files kept
         assert sh("cat /home/ml/notes.txt").stdout == "mine\n"
     finally:
         sh(f"kill {pid}", check=False)
