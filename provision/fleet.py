@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from provision import procs, sandbox, state
-from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK, ProvisionError, RunnerError, UsageError
+from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_INPUT, EXIT_OK, ProvisionError, RunnerError, UsageError
 from provision.models import Plan
 from provision.pipeline import display_path, plan_for
 from provision.render.ansible import check_ansible_path, plan_digest, render_fleet
@@ -38,6 +38,8 @@ from provision.state import StateError, write_record
 PROFILE_VAR = "provision_profile"
 OS_VAR = "provision_os"
 MAX_FORKS = 64
+# How roles/preflight's refusals begin: a host failed with one is "refused" (nothing was changed on it).
+PREFLIGHT_REFUSAL = "preflight: "
 
 
 @dataclass
@@ -56,7 +58,7 @@ class Group:
 class HostResult:
     host: str
     profile: str
-    result: str  # ok | failed | unreachable | interrupted | not run
+    result: str  # ok | failed | refused (by the preflight, nothing changed) | unreachable | interrupted | not run
     changed: int = 0
     step: str = ""  # the task that failed
     message: str = ""
@@ -83,6 +85,8 @@ class FleetResult:
             return EXIT_EXTERNAL
         if results & {"unreachable"}:
             return EXIT_EXTERNAL
+        if results == {"refused"}:  # the preflight refused the run before the first change on any host
+            return EXIT_INPUT
         if results - {"ok"}:
             return EXIT_FAILED
         return EXIT_OK
@@ -299,6 +303,8 @@ def apply_groups(
                     msg = msg or "Ansible did not reach this host (see the lines above)"
                 elif stats.unreachable:
                     result = "unreachable"
+                elif (stats.failed or step) and msg.startswith(PREFLIGHT_REFUSAL) and not stats.changed:
+                    result = "refused"
                 elif stats.failed or step:
                     result = "failed"
                 else:
@@ -383,7 +389,8 @@ def summary_lines(fleet: FleetResult, *, check: bool = False) -> tuple[list[str]
     figures for a host that succeeded, and `failed: HOST: STEP: CAUSE` for one that did not."""
     details = [f"{host}: {verify_line(r.verify)}" for host, r in sorted(fleet.hosts.items())
                if r.result == "ok" and not check]
-    failures = [f"failed: {host}: {r.step or r.result}: {r.message}" for host, r in sorted(fleet.hosts.items())
+    failures = [f"refused: {host}: {r.message}" if r.result == "refused" else
+                f"failed: {host}: {r.step or r.result}: {r.message}" for host, r in sorted(fleet.hosts.items())
                 if r.result != "ok"]
     if check:  # a dry run says what it could not predict, host by host, step by step
         details += [f"{host}: --check cannot predict: {what}" for host, r in sorted(fleet.hosts.items())

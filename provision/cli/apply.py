@@ -123,7 +123,8 @@ def apply(
 ) -> None:
     """Provision hosts (or a sandbox container) to their plans with Ansible, then check them.
 
-    Exit 0 every host ok, 1 a host failed (or its check), 2 refused (another apply runs on these hosts), 3 a host was
+    Exit 0 every host ok, 1 a host failed (or its check), 2 refused (another apply runs on these hosts, or the preflight
+    found what would make the plan fail; docs/hosts.md), 3 a host was
     unreachable, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
     from provision.apply import run_apply, targets

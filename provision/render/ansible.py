@@ -29,6 +29,9 @@ from provision.verify.expect import Expect
 # (the cuda and cudnn roles refuse to run before python_env has made the venv, for pypi sources).
 # host_record runs last and always (even under --tags): it records what is installed now.
 ROLES = ("nvidia_driver", "python_env", "cuda", "cudnn", "jupyter", "gpu_verify", "host_record")
+# Runs in plays of its own before every other play: each host is read once, and when one is refused (a foreign driver,
+# a held port, ...) a gate play stops every host of the run before the first change on any (roles/preflight).
+PREFLIGHT = "preflight"
 VARS_FILE = "vars/plan.yml"
 
 
@@ -132,6 +135,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "gpu_verify_requirements": [*plan.verify.nvrtc_requirements, *plan.verify.cuda_python_requirements,
                                     plan.verify.numpy_requirement],
     }
+    out.update(preflight_vars(plan))
     out["host_record_plan"] = {
         "profile": plan.profile,
         "digest": plan_digest(plan),
@@ -146,6 +150,19 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         out["gpu_verify_fetch_dir"] = fetch_dir
         out["host_record_fetch_dir"] = fetch_dir
     return out
+
+
+def preflight_vars(plan: Plan) -> dict[str, Any]:
+    """The preflight role's inputs: what the Plan installs that something found on the host could stop."""
+    driver = plan.driver
+    return {
+        "preflight_driver_branch": (driver.branch or "") if driver.install else "",
+        "preflight_driver_packages": sorted({p.split("=")[0] for p in [*driver.packages, *driver.userspace_packages]}),
+        "preflight_nvidia_repo_planned": "nvidia-repo" in (driver.source, plan.cuda.source, plan.cudnn.source),
+        "preflight_jupyter_port": plan.jupyter.port if plan.jupyter.enabled else 0,
+        "preflight_jupyter_bind": plan.jupyter.bind,
+        "preflight_account": plan.user,
+    }
 
 
 def _role(name: str) -> dict[str, Any]:
@@ -166,6 +183,31 @@ def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = V
         "vars_files": [vars_file],
         "roles": [_role(name) for name in ROLES],
     }]
+
+
+def preflight_play(plan: Plan, hosts: str | list[str] = "all", vars_file: str = VARS_FILE) -> dict[str, Any]:
+    """Read each host of a group once and refuse it, before any play changes anything (tagged always: it runs
+    under --tags too)."""
+    return {
+        "name": f"Preflight {plan.profile}: refuse what would make the plan fail, before the first change",
+        "hosts": hosts,
+        "become": True,
+        "gather_subset": ["min"],
+        "vars_files": [vars_file],
+        "roles": [{"role": f"{COLLECTION}.{PREFLIGHT}", "tags": [PREFLIGHT, "always"]}],
+    }
+
+
+def gate_play(hosts: str | list[str]) -> dict[str, Any]:
+    """After every group's preflight: when any host was refused, every other host of the run stops too."""
+    return {
+        "name": "Preflight gate: change every host or none",
+        "hosts": hosts,
+        "gather_facts": False,
+        "tasks": [{"name": "Stop when the preflight refused a host of this run",
+                   "ansible.builtin.import_role": {"name": f"{COLLECTION}.{PREFLIGHT}", "tasks_from": "gate"},
+                   "tags": [PREFLIGHT, "always"]}],
+    }
 
 
 def write_yaml(data: Any, path: Path) -> None:
@@ -201,19 +243,22 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
     out.mkdir(parents=True, exist_ok=True)
     files = {"playbook": out / "site.yml"}
     plays: list[dict[str, Any]] = []
+    preflights: list[dict[str, Any]] = []
     sources = []
     for n, (plan, hosts) in enumerate(groups, start=1):
         suffix = "" if len(groups) == 1 else f"-{n}"
         vars_rel = f"vars/plan{suffix}.yml"
         files[f"vars{suffix}"] = out / vars_rel
         files[f"plan{suffix}"] = out / f"plan{suffix}.json"
+        preflights.append(preflight_play(plan, hosts if hosts is not None else "all", vars_rel))
         plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel)
         write_yaml(unsafe_strings(ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"))),
                    files[f"vars{suffix}"])
         _header(files[f"vars{suffix}"], plan.profile_path or plan.profile)
         files[f"plan{suffix}"].write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
         sources.append(plan.profile_path or plan.profile)
-    write_yaml(plays, files["playbook"])
+    every: str | list[str] = "all" if any(h is None for _, h in groups) else sorted({h for _, hs in groups for h in hs or []})
+    write_yaml([*preflights, gate_play(every), *plays], files["playbook"])
     _header(files["playbook"], ", ".join(sources))
     if inventory is not None:
         files["inventory"] = out / "inventory.yml"

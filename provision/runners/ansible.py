@@ -108,6 +108,23 @@ _ROLE_FAILURE = re.compile(r"^(?:" + "|".join(sorted(
 ROLE_MESSAGE_MAX = 1200
 
 
+_DPKG_ERROR = re.compile(r"dpkg: error processing (?:package|archive) (\S+) \(([^)\n]*)\):[ \t]*\n[ \t]*([^\n]+)")
+
+
+def dpkg_script_error(text: str) -> str:
+    """When apt's "E: Sub-process /usr/bin/dpkg returned an error code" hides a package script's failure: the
+    package, the step, dpkg's reason and the last line the script printed before it; empty when none is found."""
+    match = _DPKG_ERROR.search(text)
+    if not match:
+        return ""
+    package, step, reason = match.group(1), match.group(2), match.group(3).strip()
+    before = [ln.strip() for ln in text[:match.start()].splitlines() if ln.strip()]
+    said = before[-1] if before and not before[-1].startswith(("Setting up ", "Preparing to ", "Unpacking ")) else ""
+    line = (f"a package script failed: {package} ({step}): {reason}" + (f"; it said: {said.rstrip('.')}" if said else "")
+            + ". Run `sudo dpkg --configure -a` on the host to see it again, fix what it names, then apply again")
+    return printable(" ".join(line.split()))[:ROLE_MESSAGE_MAX]
+
+
 def failure_message(res: dict[str, Any]) -> str:
     """One line for a failed task: the cause when the output shows a known one, then the module's own words."""
     items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
@@ -118,6 +135,10 @@ def failure_message(res: dict[str, Any]) -> str:
         return printable(" ".join(str(res["msg"]).split()))[:ROLE_MESSAGE_MAX]
     text = " ".join(str(res.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr", "reason"))
     own = _one_line(res.get("msg") or res.get("stderr") or res.get("module_stderr") or res.get("reason") or "")
+    if "returned an error code" in text:
+        script = dpkg_script_error("\n".join(str(res.get(k) or "") for k in ("stdout", "msg", "stderr")))
+        if script:
+            return script
     for needle, cause in _CAUSES:
         if needle in text:
             # The module's message often starts with pages of progress; keep the part that names the error.

@@ -20,7 +20,6 @@ import pytest
 from ruamel.yaml import YAML
 
 import provision
-from provision.render.ansible import ROLES
 from provision.resources import COLLECTION, collections_dir
 from provision.state import cache_root
 
@@ -28,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NAMESPACE, NAME = COLLECTION.split(".")
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
+# Every role of the repository, those the site playbook applies and those it runs around them (preflight).
+ROLES = sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/tasks/main.yml"))
 
 
 def galaxy() -> dict:

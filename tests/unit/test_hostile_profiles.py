@@ -135,8 +135,11 @@ def assert_inert(dockerfile: str, playbook: Path, baseline: list[tuple[str, str]
     assert [i for i, _ in got] == [i for i, _ in baseline], got
     assert sum(1 for i, _ in got if i == "FROM") == 2
     plays = yaml.safe_load(playbook.read_text())
-    assert isinstance(plays, list) and len(plays) == 1, plays
-    assert set(plays[0]) == {"name", "hosts", "become", "gather_subset", "environment", "vars_files", "roles"}
+    # The preflight's play, its gate, then the plan's play: nothing else.
+    assert isinstance(plays, list) and len(plays) == 3, plays
+    assert set(plays[0]) == {"name", "hosts", "become", "gather_subset", "vars_files", "roles"}
+    assert set(plays[1]) == {"name", "hosts", "gather_facts", "tasks"}
+    assert set(plays[2]) == {"name", "hosts", "become", "gather_subset", "environment", "vars_files", "roles"}
 
     class Unsafe(yaml.SafeLoader):
         pass

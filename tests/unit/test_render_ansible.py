@@ -11,7 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision.pipeline import plan_for
-from provision.render.ansible import ROLES, ansible_vars, render_ansible
+from provision.render.ansible import PREFLIGHT, ROLES, ansible_vars, render_ansible
 from provision.resources import collections_dir, share_dir
 from provision.sandbox import inventory as sandbox_inventory
 
@@ -22,7 +22,7 @@ BIN = Path(sys.executable).parent
 def _specs() -> dict[str, dict]:
     yaml = YAML(typ="safe")
     return {r: yaml.load((share_dir("roles") / r / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]
-            ["options"] for r in ROLES}
+            ["options"] for r in (*ROLES, PREFLIGHT)}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,9 @@ def test_awsp2_vars_carry_the_plan(awsp2):
     assert v["cudnn_version"] == "8.5.0"
     assert v["python_env_version"] == "3.11"
     assert v["gpu_verify_target_arch"] == "sm_37"
+    # The preflight refuses another branch's driver packages: it is told the planned branch and the plan's own.
+    assert v["preflight_driver_branch"] == "470" and "nvidia-tesla-470-smi" in v["preflight_driver_packages"]
+    assert v["preflight_account"] == awsp2.user
 
 
 def test_skip_frameworks_drops_them(deskmini):
@@ -85,9 +88,13 @@ def test_every_var_is_a_role_input_and_required_inputs_are_given(plan_name, requ
 def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
     files = render_ansible(deskmini, tmp_path, inventory=sandbox_inventory(["pv-syntax"], connection="docker"))
     assert (tmp_path / "plan.json").is_file()
-    play = YAML(typ="safe").load(files["playbook"].read_text())[0]
+    preflight, gate, play = YAML(typ="safe").load(files["playbook"].read_text())
     # By the collection's names: the same playbook runs wherever provision.gpu is installed.
     assert [r["role"] for r in play["roles"]] == [f"provision.gpu.{r}" for r in ROLES] and play["become"] is True
+    # Every host is read and refused before the first change on any (roles/preflight), under --tags too.
+    assert [r["role"] for r in preflight["roles"]] == ["provision.gpu.preflight"]
+    assert "always" in preflight["roles"][0]["tags"]
+    assert gate["tasks"][0]["ansible.builtin.import_role"] == {"name": "provision.gpu.preflight", "tasks_from": "gate"}
     proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(files["inventory"]), "site.yml"],
                           cwd=tmp_path, capture_output=True, text=True,
                           env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path),

@@ -29,9 +29,10 @@ def spec_options(role: str) -> dict:
 
 
 def test_every_role_is_in_the_playbook() -> None:
+    from provision.render.ansible import PREFLIGHT
     from provision.render.ansible import ROLES as PLAYBOOK_ROLES
 
-    assert sorted(PLAYBOOK_ROLES) == ALL_ROLES
+    assert sorted([*PLAYBOOK_ROLES, PREFLIGHT]) == ALL_ROLES
 
 
 @pytest.mark.parametrize("role", ALL_ROLES)

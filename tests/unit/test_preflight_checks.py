@@ -1,0 +1,243 @@
+"""provision_facts' preflight checks (plugins/modules/provision_facts.py) on the text a host gives them: dpkg's status,
+/proc/net/tcp, apt's sources, the account database; and the module run for real on this machine with a listening
+socket of its own. tests/integration/test_preflight.py makes each case on a stock host and applies."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_facts.py"
+_spec = importlib.util.spec_from_file_location("provision_facts_module", MODULE)
+assert _spec is not None and _spec.loader is not None
+facts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(facts)
+
+STATUS = """Package: nvidia-driver
+Status: install ok installed
+Version: 550.163.01-2
+Source: nvidia-graphics-drivers
+
+Package: libnvidia-tesla-470-cuda1
+Status: install ok installed
+Source: nvidia-graphics-drivers-tesla-470 (470.256.02-1~deb12u1)
+Version: 470.256.02-1~deb12u1
+Description: NVIDIA CUDA Driver Library
+ a continuation line: Source: not-a-field
+
+Package: nvidia-tesla-470-kernel-dkms
+Status: deinstall ok config-files
+Source: nvidia-graphics-drivers-tesla-470
+Version: 470.256.02-1~deb12u1
+
+Package: nvidia-installer-cleanup
+Status: install ok half-configured
+Source: nvidia-support
+Version: 20240109+1
+
+Package: nvidia-settings
+Status: install ok installed
+Version: 525.125.06-1
+
+Package: nvidia-kernel-common
+Status: install ok installed
+Source: nvidia-graphics-drivers
+Version: 20151021+13
+
+Package: hello
+Status: install ok unpacked
+Version: 2.10-3
+"""
+
+
+def test_dpkg_status_is_read_with_sources_and_states():
+    found = {p["package"]: p for p in facts.parse_dpkg_status(STATUS)}
+    assert found["libnvidia-tesla-470-cuda1"]["source"] == "nvidia-graphics-drivers-tesla-470"
+    assert found["nvidia-settings"]["source"] == "nvidia-settings"  # no Source field: its own name
+    assert found["nvidia-installer-cleanup"]["status"] == "half-configured"
+    assert found["nvidia-tesla-470-kernel-dkms"]["status"] == "config-files"
+
+
+def test_half_configured_lists_failed_scripts_not_interrupted_unpacks():
+    # hello was only unpacked (an interrupted run the roles finish with dpkg --configure -a): not refused.
+    assert facts.half_configured(facts.parse_dpkg_status(STATUS)) == ["nvidia-installer-cleanup"]
+
+
+@pytest.mark.parametrize(("branch", "owned", "expected"), [
+    ("550", [], ["libnvidia-tesla-470-cuda1 470.256.02-1~deb12u1"]),
+    # provision's own packages (its ledger) are never foreign: a changed plan removes them itself.
+    ("550", ["libnvidia-tesla-470-cuda1"], []),
+    # The 470 plan: Debian's main-branch driver is the other branch now; removed packages' config files are not.
+    ("470", [], ["nvidia-driver 550.163.01-2"]),
+    ("", [], []),  # no driver planned: nothing to compare
+], ids=["plan-550", "owned", "plan-470", "no-driver"])
+def test_other_branch_packages(branch, owned, expected):
+    packages = facts.parse_dpkg_status(STATUS)
+    assert facts.other_branch_packages(packages, branch, "^nvidia-graphics-drivers(-|$)", [], owned) == expected
+
+
+def test_the_plans_own_package_names_are_not_foreign_at_another_version():
+    # An older nvidia-driver the plan names is upgraded by apt to the planned version: not refused.
+    packages = facts.parse_dpkg_status(STATUS)
+    assert facts.other_branch_packages(packages, "470", "^nvidia-graphics-drivers(-|$)", ["nvidia-driver"], []) == []
+
+
+def test_upstream_branch_skips_the_epoch():
+    assert facts.upstream_branch("1:470.256.02-1") == "470" and facts.upstream_branch("") == ""
+
+
+TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:22B8 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0 100 0 0 10 0
+   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1717 1 0 100 0 0 10 0
+   2: 0100007F:22B8 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000  1000        0 9999 1 0 20 4 30 10 -1
+   3: 0500000A:22B8 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 5151 1 0 100 0 0 10 0
+"""
+TCP6 = """  sl  local_address                         remote_address                        st tx_queue rx_queue
+   0: 00000000000000000000000000000000:22B8 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 6161 1 0 100 0 0 10 0
+   1: 00000000000000000000000001000000:22B8 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 7171 1 0 100 0 0 10 0
+"""
+
+
+def test_listeners_on_the_port_only_listening_sockets():
+    assert facts.listeners(TCP, 8888) == [("127.0.0.1", "4242", 1000), ("10.0.0.5", "5151", 1000)]
+    assert facts.listeners(TCP6, 8888) == [("*", "6161", 1000), ("0000:0000:0000:0000:0000:0000:0000:0001", "7171", 1000)]
+
+
+def test_a_holder_whose_descriptors_cannot_be_read_is_named_by_its_account():
+    # A container's root has no CAP_SYS_PTRACE: another account's /proc/PID/fd cannot be read, its uid and names can.
+    everyone = [{"pid": 7, "name": "python3", "uid": 0, "cgroup": ""},
+                {"pid": 9, "name": "nginx", "uid": 0, "cgroup": ""}]
+    assert facts.holder_line("127.0.0.1", 8888, 0, None, everyone) == (
+        "a process of account 'root' on 127.0.0.1:8888 (its processes: python3 (pid 7), nginx (pid 9))")
+    assert facts.holder_line("*", 8888, 0, [everyone[0]], everyone) == "python3 (pid 7) on *:8888"
+
+
+@pytest.mark.parametrize(("listening", "bind", "clash"), [
+    ("127.0.0.1", "127.0.0.1", True), ("*", "127.0.0.1", True), ("10.0.0.5", "127.0.0.1", False),
+    ("10.0.0.5", "0.0.0.0", True),
+])
+def test_which_listeners_keep_the_planned_bind(listening, bind, clash):
+    assert facts.overlaps(listening, bind) is clash
+
+
+def test_a_process_holding_the_port_is_named_and_provisions_own_unit_is_not():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        holders = facts.port_holders(port, "127.0.0.1", "provision-jupyter.service")
+        assert holders == [f"{Path(f'/proc/{os.getpid()}/comm').read_text().strip()} (pid {os.getpid()}) "
+                           f"on 127.0.0.1:{port}"]
+        # The unit named in this process's own cgroup stands for provision's Jupyter on a re-apply: not a holder.
+        own = Path(f"/proc/{os.getpid()}/cgroup").read_text().strip().rsplit("/", 1)[-1]
+        if own:
+            assert facts.port_holders(port, "127.0.0.1", own) == []
+    assert facts.port_holders(port, "127.0.0.1", "") == []  # closed: nobody holds it
+
+
+def test_uid_min_from_login_defs():
+    assert facts.uid_min("# UID_MIN 5\nUID_MIN\t\t\t 1000\nUID_MAX 60000\n") == 1000
+    assert facts.uid_min("") == 1000
+
+
+@pytest.mark.parametrize(("entry", "words"), [
+    (None, ""),
+    ((1001, "/home/ml"), ""),  # a normal account with the planned home: reused, its files kept
+    ((998, "/home/ml"), "exists as a system account (uid 998, below UID_MIN 1000)"),
+    ((1001, "/srv/ml"), "exists with the home /srv/ml, and the plan puts it at /home/ml"),
+], ids=["absent", "normal", "system", "other-home"])
+def test_account_problem(entry, words):
+    said = facts.account_problem("ml", "/home/ml", entry, 1000)
+    assert (words in said and said != "") if words else said == ""
+
+
+REPO = "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"
+
+
+def test_sources_one_line_and_deb822_are_read():
+    one = facts.parse_sources("/etc/apt/sources.list.d/cuda.list",
+                              f"# comment\ndeb [arch=amd64 signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {REPO} /\n")
+    assert one == [{"file": "/etc/apt/sources.list.d/cuda.list", "uris": [REPO], "suites": ["/"],
+                    "signed_by": "/usr/share/keyrings/cuda-archive-keyring.gpg"}]
+    many = facts.parse_sources("/etc/apt/sources.list.d/debian.sources",
+                               "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie trixie-updates\n"
+                               "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+                               "Enabled: no\nTypes: deb\nURIs: http://example.org\nSuites: x\n")
+    assert [e["suites"] for e in many] == [["trixie", "trixie-updates"]]
+
+
+def test_two_keyrings_for_one_repository_conflict_as_apt_says():
+    entries = [*facts.parse_sources("/a.list", f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {REPO} /\n"),
+               *facts.parse_sources("/b.sources", f"Types: deb\nURIs: {REPO}\nSuites: /\nSigned-By: /etc/apt/keyrings/old.gpg\n"),
+               *facts.parse_sources("/c.list", "deb http://deb.debian.org/debian trixie main\n")]
+    conflicts = facts.signed_by_conflicts(entries)
+    assert len(conflicts) == 1 and "/a.list" in conflicts[0] and "/etc/apt/keyrings/old.gpg" in conflicts[0]
+    # A deb-src line and an entry without the trailing slash name the same repository.
+    same = facts.parse_sources("/d.list", f"deb-src [signed-by=/k.gpg] {REPO.rstrip('/')} /\ndeb [signed-by=/k.gpg] {REPO} /\n")
+    assert facts.signed_by_conflicts(same) == []
+
+
+def test_nvidia_repo_with_another_keyring_is_found_when_planned():
+    entries = facts.parse_sources("/etc/apt/sources.list.d/nvidia.list", f"deb {REPO} /\n")
+    found = facts.nvidia_repo_others(entries, "https://developer.download.nvidia.com/compute/cuda/repos/",
+                                     "/usr/share/keyrings/cuda-archive-keyring.gpg")
+    assert found == [f"/etc/apt/sources.list.d/nvidia.list ({REPO}, Signed-By unset)"]
+
+
+def test_the_module_answers_the_preflight_on_this_machine(tmp_path):
+    """Run as Ansible runs it, on this controller: a clean read of what this machine has, and the installer file."""
+    planted = tmp_path / "nvidia-uninstall"
+    planted.write_text("")
+    args = {"preflight": {"driver_branch": "550", "installer_files": [str(planted)], "account": "root",
+                          "home": "/root", "driver_sources": "^nvidia-graphics-drivers(-|$)"}}
+    (tmp_path / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    proc = subprocess.run([sys.executable, str(MODULE), str(tmp_path / "args.json")], capture_output=True, text=True,
+                          check=False)
+    result = json.loads(proc.stdout)
+    refusals = result["preflight"]["refusals"]
+    assert any("NVIDIA's .run installer" in r and str(planted) in r for r in refusals), refusals
+    assert any("'root' exists as a system account (uid 0" in r for r in refusals), refusals
+    assert result["changed"] is False
+
+
+def test_a_run_the_preflight_refused_exits_2_and_says_refused():
+    from provision.fleet import FleetResult, HostResult, summary_lines
+
+    line = "preflight: a: the Jupyter port 8888 is held by python3 (pid 7) on 127.0.0.1:8888: stop it ... Nothing was changed."
+    fleet = FleetResult([], {"a": HostResult("a", "p.yaml", "refused", step="Refuse the host before the first change",
+                                             message=line),
+                             "b": HostResult("b", "p.yaml", "refused", message="preflight: b was not changed, ...")})
+    assert fleet.exit_code == 2
+    assert summary_lines(fleet)[1] == [f"refused: a: {line}", "refused: b: preflight: b was not changed, ..."]
+    # A host that failed after changes is not a refusal: the run ran (exit 1).
+    fleet.hosts["b"] = HostResult("b", "p.yaml", "failed", changed=3, step="x", message="boom")
+    assert fleet.exit_code == 1
+
+
+def test_a_failed_package_script_prints_its_own_line_not_only_apts():
+    from provision.runners.ansible import failure_message, task_line
+
+    stdout = ("Setting up nvidia-installer-cleanup (20240109+1) ...\n"
+              "nvidia-installer-cleanup: found /usr/bin/nvidia-uninstall from NVIDIA's installer\n"
+              "dpkg: error processing package nvidia-installer-cleanup (--configure):\n"
+              " installed nvidia-installer-cleanup package post-installation script subprocess returned error exit "
+              "status 30\nErrors were encountered while processing:\n nvidia-installer-cleanup\n")
+    res = {"failed": True, "stdout": stdout, "stderr": "E: Sub-process /usr/bin/dpkg returned an error code (1)\n",
+           "msg": "'/usr/bin/apt-get -y install nvidia-driver' failed: E: Sub-process /usr/bin/dpkg returned an error "
+                  "code (1)\n"}
+    said = failure_message(res)
+    assert said.startswith("a package script failed: nvidia-installer-cleanup (--configure): installed "
+                           "nvidia-installer-cleanup package post-installation script subprocess returned error exit "
+                           "status 30; it said: nvidia-installer-cleanup: found /usr/bin/nvidia-uninstall"), said
+    assert "`sudo dpkg --configure -a`" in said
+    event = {"event": "runner_on_failed", "event_data": {"host": "h", "task": "packages | Install", "res": res}}
+    assert task_line(event) == ("h", "packages | Install", "failed", said)
+    # Without dpkg's lines, apt's own words stay.
+    assert "returned an error code" in failure_message({**res, "stdout": ""})
