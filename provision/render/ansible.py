@@ -60,7 +60,10 @@ def verifier_source() -> Path:
 # announcements plugin disabled in the page configuration, as the Jupyter Docker Stacks do. roles/jupyter's templates
 # write the same on a host, templates/Dockerfile.j2 in an image (provision.render.docker.jupyter_files).
 LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
-LAB_PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
+# lockedExtensions as JupyterLab >= 4.1 adds it on its first start (migrating disabledExtensions), so it does not
+# rewrite the file.
+LAB_PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True},
+                   "lockedExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
 
 
 def kernel_display_name(plan: Plan, *, skip_frameworks: bool = False) -> str:

@@ -65,7 +65,7 @@ RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-
 RUN mkdir -p /opt/provision/venv/share/jupyter/kernels/python3 /opt/provision/venv/share/jupyter/lab/settings /opt/provision/venv/etc/jupyter/labconfig \
  && printf '%s\n' '{"argv": ["/opt/provision/venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Python 3.10 \u00b7 torch 2.8.0 \u00b7 CUDA 12.6", "language": "python", "metadata": {"debugger": true}}' > /opt/provision/venv/share/jupyter/kernels/python3/kernel.json \
  && printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"checkForUpdates": false, "fetchNews": "false"}}' > /opt/provision/venv/share/jupyter/lab/settings/overrides.json \
- && printf '%s\n' '{"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": true}}' > /opt/provision/venv/etc/jupyter/labconfig/page_config.json
+ && printf '%s\n' '{"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": true}, "lockedExtensions": {"@jupyterlab/apputils-extension:announcements": true}}' > /opt/provision/venv/etc/jupyter/labconfig/page_config.json
 
 # --- Stage 2: the image that runs -----------------------------------------------------------------------------
 # Runtime only (plan.image.devel is false): no compiler toolchain is installed in this stage.

@@ -30,7 +30,8 @@ def test_the_role_writes_python3_and_the_settings_that_turn_the_news_off():
     assert "jupyter_kernel_name: python3" in (role / "defaults/main.yml").read_text()
     page = (role / "templates/lab_page_config.json.j2").read_text()
     overrides = (role / "templates/lab_overrides.json.j2").read_text()
-    assert "'@jupyterlab/apputils-extension:announcements': true" in page
+    assert "'disabledExtensions': {'@jupyterlab/apputils-extension:announcements': true}" in page
+    assert "'lockedExtensions': {'@jupyterlab/apputils-extension:announcements': true}" in page
     assert "{'fetchNews': 'false', 'checkForUpdates': false}" in overrides
 
 
