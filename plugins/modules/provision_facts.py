@@ -621,7 +621,7 @@ def parse_dpkg_status(text: str) -> list[dict]:
         for line in block.splitlines():
             if line[:1] in (" ", "\t") or ":" not in line:
                 continue  # a continuation line of a multi-line field
-            key, _, value = line.partition(":")
+            key, value = line.split(":", 1)
             fields.setdefault(key.strip(), value.strip())
         if "Package" not in fields:
             continue
@@ -687,7 +687,7 @@ def listeners(text: str, port: int) -> list[tuple[str, str, int]]:
         parts = line.split()
         if len(parts) < 10 or parts[3] != TCP_LISTEN or ":" not in parts[1] or not parts[7].isdigit():
             continue
-        address, _, hex_port = parts[1].rpartition(":")
+        address, hex_port = parts[1].rsplit(":", 1)
         if int(hex_port, 16) == port:
             found.append((hex_address(address), parts[9], int(parts[7])))
     return found
@@ -781,7 +781,7 @@ def port_holders(port: int, bind: str, own_unit: str) -> list[str]:
     sockets = [s for s in sockets if overlaps(s[0], bind)]
     if not sockets:
         return []
-    owners = socket_owners({i for _, i, _ in sockets})
+    owners = socket_owners({sock[1] for sock in sockets})
     everyone = processes()
     found = []
     for address, inode, uid in sockets:
