@@ -204,6 +204,8 @@ def _diff_against(result: Any, host: str, as_json: bool) -> None:
         raise UsageError(f"--diff-against {host}: no record of an apply on {host} in {state.state_dir()} "
                          f"(hosts with a record: {known})")
     lines = plan_differences(result, record.get("plan") or {}) + host_differences(result, record)
+    ledger_lines = _ledger_changes(result, host, skip_frameworks=bool(record.get("frameworks_skipped")))
+    lines += ledger_lines
     if as_json:
         print_json({"host": host, "applied_at": record.get("applied_at"), "profile": record.get("profile"),
                     "differences": lines})
@@ -397,6 +399,11 @@ def apply(
                       markup=False)
         for line in plan_text(group.plan):
             out.print(line, markup=False)
+    if check or diff:
+        for group in found.groups:
+            for host in group.hosts:
+                for line in _ledger_changes(group.plan, host, skip_frameworks=skip_frameworks):
+                    out.print(f"{host}: {line}", markup=False)
     if not yes and not check:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None
@@ -413,6 +420,75 @@ def apply(
     if outcome.error is not None:
         raise outcome.error
     raise typer.Exit(outcome.exit_code)
+
+
+def _ledger_changes(plan: Any, host: str, *, skip_frameworks: bool) -> list[str]:
+    """What the plan would install, replace and remove on host, from the ledger its last apply fetched (plan None:
+    what destroy removes); nothing where no ledger is known."""
+    from provision.ledger import change_lines, changes
+
+    ledger = state.read_ledger(host)
+    if ledger is None:
+        return []
+    return change_lines(changes(plan, ledger, skip_frameworks=skip_frameworks))
+
+
+@app.command()
+@handle_errors
+@guarded
+def destroy(
+    profile: OptProfileArg = None,
+    inventory: InventoryOpt = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
+    check: Annotated[bool, typer.Option("--check", help="List what would be removed; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing the hosts.")] = False,
+    purge_home: Annotated[bool, typer.Option("--purge-home", help="Also delete the homes of the accounts provision "
+                                             "created.")] = False,
+    os_override: OsOpt = None,
+    sandbox: SandboxOpt = None,
+    ask_become_pass: AskBecomePassOpt = False,
+    vault_password_file: VaultPasswordFileOpt = None,
+) -> None:
+    """Remove from hosts everything their ledger says provision installed or wrote (packages purged, its files,
+    units, environment and accounts), restore the apt sources it changed and stop the Jupyter tunnel. The accounts'
+    homes stay unless --purge-home. Without PROFILE a sandbox's recorded profile is used.
+
+    Exit 0 done, 1 a host failed, 2 refused, 3 unreachable.
+    """
+    from provision import tunnel
+    from provision.apply import targets
+    from provision.fleet import apply_groups
+
+    if profile is None and sandbox:
+        record = state.read_record(sandbox)
+        if record is None or not record.get("profile"):
+            raise UsageError(f"destroy --sandbox {sandbox}: no apply on it is recorded; give the PROFILE it was applied with")
+        profile = Path(record["profile"])
+    found = targets(profile, inventory, sandbox, os_override, limit, False, vault_password_file=vault_password_file)
+    if sandbox and not found.hosts:
+        raise UsageError(f"destroy --sandbox {sandbox}: no such sandbox")
+    for host in found.hosts:
+        lines = _ledger_changes(None, host, skip_frameworks=False)
+        for line in lines or ["no ledger on the controller: the host's own ledger says what goes"]:
+            out.print(f"{host}: {line}", markup=False)
+    if not yes and not check:
+        _confirm(found.where(inventory))
+    become_password = _become_password() if ask_become_pass else None
+    inv = found.inventory
+    if found.sandbox:
+        from provision import sandbox as sandboxes
+
+        if not sandboxes.is_running(found.sandbox):
+            raise UsageError(f"destroy --sandbox {found.sandbox}: the sandbox is not running")
+        inv = sandboxes.inventory([found.sandbox])
+    fleet = apply_groups(found.groups, inv, found.key, check=check, destroy=True, purge_home=purge_home,
+                         become_password=become_password, vault_password_file=vault_password_file)
+    for host, result in sorted(fleet.hosts.items()):
+        if result.result == "ok" and not check:
+            tunnel.stop(host)
+        out.print(f"{host}: {'would remove' if check else 'destroyed'}: {result.result} "
+                  f"(changed={result.changed}){(' ' + result.message) if result.message else ''}", markup=False)
+    raise typer.Exit(fleet.exit_code)
 
 
 def _confirm(where: str) -> None:

@@ -1,0 +1,154 @@
+"""Machines with a history (issue 28): on one stock Debian 13 host over SSH, the DeskMini plan (CUDA 12.6 from PyPI),
+then the same profile with `frameworks: []` (CUDA 12.4 from Debian), then the first again, then `provision destroy`.
+
+Each change converges in one apply whose check passes; the next apply changes nothing; a file planted in the
+account's home stays. What the ledger says provision put there for the old plan goes (the CUDA wheels, then Debian's
+CUDA packages). After destroy, `dpkg -l` and /etc are the stock host's, plus only what the test did by hand.
+
+Frameworks are skipped (--skip-frameworks) as in test_apply.py: torch's 2.5 GB of wheels would dominate the run,
+and the PyPI CUDA wheels the DeskMini plan installs itself (the cuda role) show the same transition: with them left
+in the environment, gpu_verify failed every re-apply (`CUDA runtime 12.6 ..., planned 12.4`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "pv-e2e-changes"
+PROFILE = ROOT / "profiles/deskmini.yaml"
+KEEP = "/home/ml/notes/keep.txt"
+# Files under /etc that the tools rewrite whatever the content: the linker's cache (ldconfig after every package
+# change) and the account tools' backups (useradd and userdel copy passwd to passwd-).
+REWRITTEN = re.compile(r"^/etc/(ld\.so\.cache|(passwd|group|shadow|gshadow|subuid|subgid)-)$")
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.long]
+
+
+def provision(env: dict, *args: str, timeout: float = 2400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "provision", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def sh(command: str, user: str = "root") -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", "-u", user, NAME, "sh", "-c", command], capture_output=True, text=True,
+                          timeout=600)
+
+
+def changed(stdout: str) -> int:
+    match = re.search(r"changed=(\d+)", stdout)
+    assert match, stdout[-2000:]
+    return int(match.group(1))
+
+
+def snapshot() -> dict:
+    """dpkg's installed packages with versions, and every path under /etc with its type and content's sha256."""
+    dpkg = sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n'").stdout.splitlines()
+    etc = sh("find /etc -xdev \\( -type f -exec sha256sum {} + \\) -o \\( ! -type f -printf 'other  %p\\n' \\)")
+    files = {}
+    for line in etc.stdout.splitlines():
+        digest, path = line.split(None, 1)
+        if not REWRITTEN.match(path):
+            files[path] = digest
+    return {"dpkg": sorted(dpkg), "etc": files}
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """A stock host, started and snapshotted before any apply; the profile without frameworks beside it."""
+    from provision import sandbox
+    from provision.apply import ensure_sandbox
+    from provision.pipeline import plan_for
+
+    tmp = tmp_path_factory.mktemp("changes")
+    env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
+    no_frameworks = tmp / "deskmini-no-frameworks.yaml"
+    no_frameworks.write_text(re.sub(r"  frameworks:\n    - name: pytorch\n", "  frameworks: []\n",
+                                    PROFILE.read_text()))
+    assert "frameworks: []" in no_frameworks.read_text()
+    subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
+    ensure_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME, start=True)
+    stock = snapshot()
+    yield {"env": env, "a": str(PROFILE), "b": str(no_frameworks), "stock": stock}
+    sandbox.remove(NAME)
+
+
+def apply(host: dict, profile: str, *extra: str) -> subprocess.CompletedProcess:
+    args = ["apply", profile, "--os", "debian-13", "--sandbox", NAME, "--yes", *extra]
+    if profile == host["a"]:
+        args.append("--skip-frameworks")
+    return provision(host["env"], *args)
+
+
+def wheels() -> dict[str, str]:
+    out = sh("/opt/provision/venv/bin/python -I -c 'import importlib.metadata as m, json; "
+             "print(json.dumps({d.metadata[\"Name\"].lower(): d.version for d in m.distributions()}))'", user="ml")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def installed(package: str) -> bool:
+    return sh(f"dpkg-query -W -f '${{db:Status-Abbrev}}' {package}").stdout.startswith("ii")
+
+
+def converges(host: dict, profile: str) -> None:
+    """One apply with its check passing, then a second that changes nothing; the planted file still there."""
+    proc = apply(host, profile)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "FAILED" not in proc.stdout
+    again = apply(host, profile, "--no-check")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert changed(again.stdout) == 0, again.stderr[-3000:]
+    assert sh(f"cat {KEEP}").stdout == "mine\n"
+
+
+def test_pypi_cuda_to_debian_and_back_then_destroy(host):
+    # 1. The DeskMini plan: CUDA 12.6 from PyPI. Then a file of the account's own in its home.
+    first = apply(host, host["a"])
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    assert sh(f"mkdir -p {KEEP.rsplit('/', 1)[0]} && echo mine > {KEEP}", user="ml").returncode == 0
+    assert "nvidia-cuda-runtime-cu12" in wheels()
+    assert not installed("libcudart12")
+    ledger = json.loads(sh("cat /var/lib/provision/ledger.json").stdout)
+    assert "nvidia-cuda-runtime-cu12" in ledger["wheels"] and ledger["pending"] is None
+    assert "ml" in ledger["accounts"] and "provision-jupyter" in ledger["units"]
+    assert "openssh-server" not in ledger["packages"]  # the stock host's, not provision's
+
+    # 2. frameworks: [] plans CUDA 12.4 from Debian. --check --diff lists what goes before anything changes.
+    preview = provision(host["env"], "apply", host["b"], "--os", "debian-13", "--sandbox", NAME, "--check", "--diff",
+                        "--no-check")
+    assert re.search(rf"^{NAME}: remove\s+wheel\s+nvidia-cuda-runtime-cu12 ", preview.stdout, re.M), preview.stdout
+    assert re.search(rf"^{NAME}: install\s+package\s+", preview.stdout, re.M), preview.stdout
+    converges(host, host["b"])
+    assert installed("libcudart12")
+    left = wheels()
+    assert not {name for name in left if name.startswith("nvidia-cuda-runtime")}, sorted(left)
+    # plan --diff-against lists the way back, from the ledger the apply fetched.
+    back = provision(host["env"], "plan", host["a"], "--os", "debian-13", "--diff-against", NAME)
+    assert back.returncode == 1 and re.search(r"^remove\s+package\s+\S+", back.stdout, re.M), back.stdout
+
+    # 3. Back to the first plan: Debian's CUDA packages are purged, the PyPI wheels come back.
+    converges(host, host["a"])
+    assert not installed("libcudart12")
+    assert "nvidia-cuda-runtime-cu12" in wheels()
+
+    # 4. destroy: --check lists, changes nothing; then everything the ledger lists goes, the home stays.
+    listed = provision(host["env"], "destroy", "--sandbox", NAME, "--check")
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    assert re.search(rf"^{NAME}: remove\s+environment\s+/opt/provision/venv", listed.stdout, re.M), listed.stdout
+    assert sh("test -d /opt/provision/venv").returncode == 0
+    gone = provision(host["env"], "destroy", "--sandbox", NAME, "--yes")
+    assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
+    assert sh(f"cat {KEEP}").stdout == "mine\n"  # the home stays without --purge-home
+    after = snapshot()
+    assert after["dpkg"] == host["stock"]["dpkg"], sorted(set(after["dpkg"]) ^ set(host["stock"]["dpkg"]))
+    differ = {p for p in set(after["etc"]) | set(host["stock"]["etc"])
+              if after["etc"].get(p) != host["stock"]["etc"].get(p)}
+    assert not differ, sorted(differ)
