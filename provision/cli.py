@@ -464,6 +464,7 @@ def destroy(
         if record is None or not record.get("profile"):
             raise UsageError(f"destroy --sandbox {sandbox}: no apply on it is recorded; give the PROFILE it was applied with")
         profile = Path(record["profile"])
+        os_override = os_override or record.get("os")
     found = targets(profile, inventory, sandbox, os_override, limit, False, vault_password_file=vault_password_file)
     if sandbox and not found.hosts:
         raise UsageError(f"destroy --sandbox {sandbox}: no such sandbox")

@@ -252,7 +252,9 @@ def read_requires(venv: str) -> tuple[set[str], dict[str, set[str]]]:
             name, deps = None, set()
             with open(os.path.join(site, entry, "METADATA"), encoding="utf-8", errors="replace") as handle:
                 for line in handle:
-                    if not line.strip():
+                    # The headers end at the first empty line; a folded header's continuation lines (a licence's
+                    # text) may be blank but for their indentation, and do not end them.
+                    if line in ("\n", "\r\n"):
                         break
                     key, _, value = line.partition(":")
                     if key == "Name" and name is None:

@@ -129,3 +129,20 @@ def test_the_controller_lists_install_replace_and_remove_against_a_plan():
     assert any(line.split()[:3] == ["install", "unit", "provision-jupyter"] for line in lines), lines
     destroy = change_lines(changes(None, ledger))
     assert [line.split()[0] for line in destroy] == ["remove"] * len(destroy) and any("account" in x for x in destroy)
+
+
+def test_requirements_are_read_past_a_folded_licence_with_blank_continuation_lines(tmp_path):
+    """ipykernel's METADATA folds its licence over lines that are blank but for their indentation: reading stopped
+    there once, jupyter-client looked unneeded and was uninstalled from under JupyterLab."""
+    site = tmp_path / "lib" / "python3.13" / "site-packages"
+    (site / "ipykernel-7.1.0.dist-info").mkdir(parents=True)
+    (site / "ipykernel-7.1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.4\nName: ipykernel\nVersion: 7.1.0\nLicense: BSD 3-Clause License\n        \n"
+        "        Copyright (c) 2015\nRequires-Dist: jupyter-client>=8.0.0\nRequires-Dist: pytest; extra == 'test'\n"
+        "\nDescription body\nRequires-Dist: not-a-header\n")
+    (site / "jupyter_client-8.6.3.dist-info").mkdir()
+    (site / "jupyter_client-8.6.3.dist-info" / "METADATA").write_text("Name: jupyter_client\nVersion: 8.6.3\n\n")
+    installed, requires = mod.read_requires(str(tmp_path))
+    assert installed == {"ipykernel", "jupyter-client"}
+    assert requires["ipykernel"] == {"jupyter-client", "pytest"}
+    assert mod.unneeded_wheels(installed, {"ipykernel"}, requires, installed) == []
