@@ -59,7 +59,7 @@ def changes(plan: Plan | None, ledger: dict[str, Any], *, skip_frameworks: bool 
     gone = mod.removals(ledger, planned, destroy=plan is None)
     owned_packages: dict[str, Any] = ledger.get("packages") or {}
     found: dict[str, Any] = ledger.get("found") or {}
-    owned_wheels = {canonicalize_name(k): v for k, v in (ledger.get("wheels") or {}).items()}
+    owned_wheels: dict[str, str] = {str(canonicalize_name(k)): str(v) for k, v in (ledger.get("wheels") or {}).items()}
     out: list[tuple[str, str, str]] = []
     if plan is not None:
         for name in planned["packages"]:

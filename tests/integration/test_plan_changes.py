@@ -73,16 +73,19 @@ def host(tmp_path_factory):
     no_frameworks.write_text(re.sub(r"  frameworks:\n    - name: pytorch\n", "  frameworks: []\n",
                                     PROFILE.read_text()))
     assert "frameworks: []" in no_frameworks.read_text()
+    no_jupyter = tmp / "deskmini-no-jupyter.yaml"
+    no_jupyter.write_text(PROFILE.read_text().replace("jupyter: {port: 8888,", "jupyter: {enabled: false, port: 8888,"))
+    assert "enabled: false" in no_jupyter.read_text()
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
     ensure_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME, start=True)
     stock = snapshot()
-    yield {"env": env, "a": str(PROFILE), "b": str(no_frameworks), "stock": stock}
+    yield {"env": env, "a": str(PROFILE), "b": str(no_frameworks), "c": str(no_jupyter), "stock": stock}
     sandbox.remove(NAME)
 
 
 def apply(host: dict, profile: str, *extra: str) -> subprocess.CompletedProcess:
     args = ["apply", profile, "--os", "debian-13", "--sandbox", NAME, "--yes", *extra]
-    if profile == host["a"]:
+    if profile != host["b"]:
         args.append("--skip-frameworks")
     return provision(host["env"], *args)
 
@@ -91,14 +94,14 @@ def wheels() -> dict[str, str]:
     out = sh("/opt/provision/venv/bin/python -I -c 'import importlib.metadata as m, json; "
              "print(json.dumps({d.metadata[\"Name\"].lower(): d.version for d in m.distributions()}))'", user="ml")
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return {re.sub(r"[-_.]+", "-", name): version for name, version in json.loads(out.stdout).items()}
 
 
 def installed(package: str) -> bool:
     return sh(f"dpkg-query -W -f '${{db:Status-Abbrev}}' {package}").stdout.startswith("ii")
 
 
-def converges(host: dict, profile: str) -> None:
+def converges(host: dict, profile: str, keep: str = KEEP) -> None:
     """One apply with its check passing, then a second that changes nothing; the planted file still there."""
     proc = apply(host, profile)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -106,7 +109,7 @@ def converges(host: dict, profile: str) -> None:
     again = apply(host, profile, "--no-check")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert changed(again.stdout) == 0, again.stderr[-3000:]
-    assert sh(f"cat {KEEP}").stdout == "mine\n"
+    assert sh(f"cat {keep}").stdout == "mine\n"
 
 
 def test_pypi_cuda_to_debian_and_back_then_destroy(host):
@@ -152,3 +155,24 @@ def test_pypi_cuda_to_debian_and_back_then_destroy(host):
     differ = {p for p in set(after["etc"]) | set(host["stock"]["etc"])
               if after["etc"].get(p) != host["stock"]["etc"].get(p)}
     assert not differ, sorted(differ)
+
+
+def test_jupyter_disabled_then_enabled_again(host):
+    """The same host, from wherever the test before left it: the DeskMini plan, then with Jupyter disabled (the unit
+    stopped and gone, its state directory and the JupyterLab wheels uninstalled), then enabled again."""
+    keep = "/home/ml/keep-jupyter.txt"
+    first = apply(host, host["a"], "--no-check")
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    assert sh(f"echo mine > {keep}", user="ml").returncode == 0
+    assert sh("systemctl is-active provision-jupyter").stdout.strip() == "active"
+
+    converges(host, host["c"], keep)
+    assert sh("test -e /etc/systemd/system/provision-jupyter.service").returncode == 1
+    assert sh("systemctl is-active provision-jupyter").stdout.strip() != "active"
+    assert sh("test -e /var/lib/provision/jupyter").returncode == 1
+    left = wheels()
+    assert "jupyterlab" not in left and "jupyter-server" not in left and "numpy" in left, sorted(left)
+
+    converges(host, host["a"], keep)
+    assert sh("systemctl is-active provision-jupyter").stdout.strip() == "active"
+    assert "jupyterlab" in wheels()
