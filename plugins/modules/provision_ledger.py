@@ -63,6 +63,12 @@ options:
     description: The environment to prune (C(prune_wheels)).
     type: path
     default: ""
+  venv_owner:
+    description:
+      - The account that owns the planned environment now (C(begin)); when the plan names another account, the
+        environment provision made goes, to be made again for the new one.
+    type: str
+    default: ""
 author: provision
 """
 
@@ -150,7 +156,7 @@ def planned_of(planned: dict) -> dict:
     return out
 
 
-def removals(ledger: dict, planned: dict, destroy: bool = False) -> dict:
+def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str = "") -> dict:
     """What the ledger owns that `planned` does not want. Packages: the owned ones the last plan named and this one
     does not (their dependencies follow through apt's autoremove, limited to owned ones); everything owned on
     destroy. Wheels: the owned distributions the last plan named and this one does not (prune_wheels takes their
@@ -168,6 +174,15 @@ def removals(ledger: dict, planned: dict, destroy: bool = False) -> dict:
                  "owned_wheels": sorted(owned_wheels - VENV_BASE)}
     for kind in KINDS:
         out[kind] = sorted(set(ledger.get(kind) or []) - set(want[kind]))
+    if not destroy:
+        # An account provision made stays when a plan names another (renamed): its home, and what the person did as
+        # it, are theirs; destroy takes it.
+        out["accounts"] = []
+    if venv_owner and want["accounts"] and venv_owner not in want["accounts"]:
+        # The plan's account changed (renamed): the environment provision made for the old one is made again for the
+        # new one (its files are the old account's), not pruned wheel by wheel.
+        out["venvs"] = sorted(set(out["venvs"]) | (set(ledger.get("venvs") or []) & set(want["venvs"])))
+        out["wheels"] = []
     return out
 
 
@@ -404,7 +419,7 @@ def run(module: AnsibleModule) -> dict:
     ledger = load(path)
     if state == "begin":
         planned = {} if p["destroy"] else p["planned"]
-        found = removals(ledger, planned, p["destroy"])
+        found = removals(ledger, planned, p["destroy"], p["venv_owner"] or "")
         changed = False
         if not module.check_mode and not p["destroy"]:
             pending = begin(ledger, read_dpkg(), p["wheels"], read_present(planned, ledger))
@@ -479,6 +494,7 @@ def main() -> None:
             "wheels": {"type": "dict", "default": {}},
             "removals": {"type": "dict", "default": {}},
             "venv": {"type": "path", "default": ""},
+            "venv_owner": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )

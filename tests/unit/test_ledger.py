@@ -146,3 +146,13 @@ def test_requirements_are_read_past_a_folded_licence_with_blank_continuation_lin
     assert installed == {"ipykernel", "jupyter-client"}
     assert requires["ipykernel"] == {"jupyter-client", "pytest"}
     assert mod.unneeded_wheels(installed, {"ipykernel"}, requires, installed) == []
+
+
+def test_an_environment_of_a_renamed_account_is_made_again():
+    ledger = _applied({}, {}, {}, {"numpy": "2.2.6"}, PLANNED_DEBIAN,
+                      present_before={"venvs:/opt/provision/venv": False, "accounts:ml": False},
+                      present_after={"venvs:/opt/provision/venv": True, "accounts:ml": True})
+    renamed = PLANNED_DEBIAN | {"accounts": ["ada"]}
+    gone = mod.removals(ledger, renamed, venv_owner="ml")
+    assert gone["venvs"] == ["/opt/provision/venv"] and gone["accounts"] == []  # the old account and home stay
+    assert mod.removals(ledger, PLANNED_DEBIAN, venv_owner="ml")["venvs"] == []
