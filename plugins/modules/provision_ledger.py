@@ -205,7 +205,11 @@ def commit(ledger: dict, installed: dict[str, str], wheels: dict[str, str], pres
     """The ledger after an apply: owned is what it owned and is still there, plus what is there now and was not
     when the apply began. A planned package that was there before is `found` (with the version found), never
     owned."""
-    pending = ledger.get("pending") or {"packages": {}, "wheels": {}, "absent": []}
+    pending = ledger.get("pending")
+    if not pending:
+        # No note of how the apply found the host (the ledger role did not run: --tags): nothing new is claimed, what
+        # is owned keeps its place while it is there.
+        pending = {"packages": installed, "wheels": wheels, "absent": []}
     before, before_wheels = pending.get("packages") or {}, pending.get("wheels") or {}
     owned = {name: entry for name, entry in (ledger.get("packages") or {}).items() if name in installed}
     for name, version in installed.items():

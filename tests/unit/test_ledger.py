@@ -156,3 +156,11 @@ def test_an_environment_of_a_renamed_account_is_made_again():
     gone = mod.removals(ledger, renamed, venv_owner="ml")
     assert gone["venvs"] == ["/opt/provision/venv"] and gone["accounts"] == []  # the old account and home stay
     assert mod.removals(ledger, PLANNED_DEBIAN, venv_owner="ml")["venvs"] == []
+
+
+def test_a_commit_without_a_begin_claims_nothing_new():
+    """`apply --tags cuda` runs host_record (always) but not the ledger role: the host's packages are not provision's
+    for that."""
+    ledger = mod.commit(mod.empty_ledger(), {"bash": "5.2", "htop": "3.4"}, {"rich": "14.0"}, {"accounts:ml": True},
+                        PLANNED_DEBIAN)
+    assert ledger["packages"] == {} and ledger["wheels"] == {} and ledger["accounts"] == []
