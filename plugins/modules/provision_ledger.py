@@ -156,7 +156,8 @@ def planned_of(planned: dict) -> dict:
     return out
 
 
-def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str = "") -> dict:
+def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str = "",
+             broken: frozenset[str] = frozenset()) -> dict:
     """What the ledger owns that `planned` does not want. Packages: the owned ones the last plan named and this one
     does not (their dependencies follow through apt's autoremove, limited to owned ones); everything owned on
     destroy. Wheels: the owned distributions the last plan named and this one does not (prune_wheels takes their
@@ -178,6 +179,12 @@ def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str
         # An account provision made stays when a plan names another (renamed): its home, and what the person did as
         # it, are theirs; destroy takes it.
         out["accounts"] = []
+    owned_venvs = set(ledger.get("venvs") or []) & set(want["venvs"])
+    if owned_venvs & broken:
+        # Its interpreter is gone (the system's Python moved, as a dist-upgrade from Debian 12 to 13 moves 3.11 to
+        # 3.13): the environment provision made cannot be repaired in place, so it is made again.
+        out["venvs"] = sorted(set(out["venvs"]) | (owned_venvs & broken))
+        out["wheels"] = []
     if venv_owner and want["accounts"] and venv_owner not in want["accounts"]:
         # The plan's account changed (renamed): the environment provision made for the old one is made again for the
         # new one (its files are the old account's), not pruned wheel by wheel.
@@ -423,7 +430,9 @@ def run(module: AnsibleModule) -> dict:
     ledger = load(path)
     if state == "begin":
         planned = {} if p["destroy"] else p["planned"]
-        found = removals(ledger, planned, p["destroy"], p["venv_owner"] or "")
+        broken = frozenset(v for v in planned_of(planned)["venvs"]
+                           if os.path.isdir(v) and not os.path.exists(os.path.join(v, "bin", "python")))
+        found = removals(ledger, planned, p["destroy"], p["venv_owner"] or "", broken)
         changed = False
         if not module.check_mode and not p["destroy"]:
             pending = begin(ledger, read_dpkg(), p["wheels"], read_present(planned, ledger))

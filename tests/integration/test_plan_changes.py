@@ -199,3 +199,20 @@ def test_the_account_renamed(host):
     assert sh("pgrep -u ml").stdout == ""
     assert sh("stat -c %U /opt/provision/venv/bin/pip").stdout.strip() == "ada"
     assert "jupyterlab" in wheels("ada")
+
+
+@pytest.mark.long
+def test_an_environment_whose_interpreter_link_broke_is_made_again(host):
+    """What a dist-upgrade from Debian 12 to 13 does to an environment (its links to python3.11 dangle once 3.13
+    replaces it), done by hand on this Debian 13 host: the next apply makes the environment again, its check
+    passes, the one after changes nothing. (A real 12 -> 13 dist-upgrade is not run here.)"""
+    keep = "/home/ml/keep-upgrade.txt"
+    first = apply(host, host["a"], "--no-check")
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    assert sh(f"echo mine > {keep}", user="ml").returncode == 0
+    assert sh("cd /opt/provision/venv/bin && for f in python python3 python3.13; do "
+              "ln -sfn /usr/bin/python3.11 $f; done", user="ml").returncode == 0
+    assert sh("test -e /opt/provision/venv/bin/python").returncode == 1
+
+    converges(host, host["a"], keep)
+    assert sh("/opt/provision/venv/bin/python -c 'import jupyterlab'", user="ml").returncode == 0

@@ -164,3 +164,12 @@ def test_a_commit_without_a_begin_claims_nothing_new():
     ledger = mod.commit(mod.empty_ledger(), {"bash": "5.2", "htop": "3.4"}, {"rich": "14.0"}, {"accounts:ml": True},
                         PLANNED_DEBIAN)
     assert ledger["packages"] == {} and ledger["wheels"] == {} and ledger["accounts"] == []
+
+
+def test_an_environment_whose_interpreter_is_gone_is_made_again():
+    ledger = _applied({}, {}, {}, {"numpy": "2.2.6"}, PLANNED_DEBIAN, present_before={"venvs:/opt/provision/venv": False},
+                      present_after={"venvs:/opt/provision/venv": True})
+    gone = mod.removals(ledger, PLANNED_DEBIAN, broken=frozenset({"/opt/provision/venv"}))
+    assert gone["venvs"] == ["/opt/provision/venv"] and mod.has_work(gone)
+    # One the ledger does not own (the user's, or made before the ledger) is not touched.
+    assert mod.removals(mod.empty_ledger(), PLANNED_DEBIAN, broken=frozenset({"/opt/provision/venv"}))["venvs"] == []
