@@ -246,6 +246,21 @@ def commit(ledger: dict, installed: dict[str, str], wheels: dict[str, str], pres
     return new
 
 
+def pruned_pending(pending: dict | None, removed: dict) -> dict | None:
+    """The note of how the apply found the host, after the prune: what it removed counts as absent when the apply
+    began, so what the roles then make again (an environment for a renamed account, or one whose interpreter was
+    gone) is provision's again."""
+    if not pending:
+        return pending
+    out = dict(pending)
+    out["absent"] = sorted(set(pending.get("absent") or [])
+                           | {f"{kind}:{item}" for kind in KINDS for item in removed.get(kind) or []})
+    out["packages"] = {n: v for n, v in (pending.get("packages") or {}).items() if n not in set(removed.get("packages") or [])}
+    if removed.get("venvs"):
+        out["wheels"] = {}
+    return out
+
+
 def unneeded_wheels(owned: set[str], keep: set[str], requires: dict[str, set[str]], installed: set[str]) -> list[str]:
     """Owned distributions that no kept root needs: the roots are what the plan names and every distribution the
     ledger does not own (the account's own); their requirements are followed whatever their markers (a marker can
@@ -473,6 +488,7 @@ def run(module: AnsibleModule) -> dict:
             removed["packages"], removed["kept"] = purge(list(found["packages"]), owned)
         gone = set(removed["packages"])
         ledger["packages"] = {n: e for n, e in (ledger.get("packages") or {}).items() if n not in gone}
+        ledger["pending"] = pruned_pending(ledger.get("pending"), removed)
         for kind in KINDS:
             ledger[kind] = [i for i in ledger.get(kind) or [] if i not in removed[kind]]
         if p["destroy"]:

@@ -173,3 +173,16 @@ def test_an_environment_whose_interpreter_is_gone_is_made_again():
     assert gone["venvs"] == ["/opt/provision/venv"] and mod.has_work(gone)
     # One the ledger does not own (the user's, or made before the ledger) is not touched.
     assert mod.removals(mod.empty_ledger(), PLANNED_DEBIAN, broken=frozenset({"/opt/provision/venv"}))["venvs"] == []
+
+
+def test_what_the_prune_removed_and_the_roles_made_again_stays_provisions():
+    ledger = _applied({}, {}, {}, {"numpy": "2.2.6"}, PLANNED_DEBIAN, present_before={"venvs:/opt/provision/venv": False},
+                      present_after={"venvs:/opt/provision/venv": True})
+    # The next apply begins with the environment there, removes it (its interpreter was gone), python_env makes it.
+    ledger["pending"] = mod.begin(ledger, {}, {"numpy": "2.2.6"}, {"venvs:/opt/provision/venv": True})
+    ledger["venvs"] = []
+    ledger["pending"] = mod.pruned_pending(ledger["pending"], {"venvs": ["/opt/provision/venv"], "packages": []})
+    after = mod.commit(ledger, {}, {"numpy": "2.2.6", "jupyterlab": "4.4"}, {"venvs:/opt/provision/venv": True},
+                       PLANNED_DEBIAN)
+    assert after["venvs"] == ["/opt/provision/venv"]
+    assert set(after["wheels"]) == {"numpy", "jupyterlab"}
