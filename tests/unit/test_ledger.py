@@ -186,3 +186,15 @@ def test_what_the_prune_removed_and_the_roles_made_again_stays_provisions():
                        PLANNED_DEBIAN)
     assert after["venvs"] == ["/opt/provision/venv"]
     assert set(after["wheels"]) == {"numpy", "jupyterlab"}
+
+
+def test_destroy_of_a_sandbox_nothing_was_applied_to_is_refused_in_one_line(tmp_path):
+    import os
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "provision", "destroy", "--sandbox", "pv-never-applied", "--check"],
+                          capture_output=True, text=True, cwd=ROOT, env=os.environ | {"PROVISION_STATE": str(tmp_path)},
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no apply on it is recorded" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
