@@ -156,8 +156,16 @@ def planned_of(planned: dict) -> dict:
     return out
 
 
+def owned(ledger: dict, kind: str) -> set[str]:
+    """What the ledger owns of a kind, with what an apply that did not finish made (its note lists it as absent when
+    that apply began)."""
+    prefix = kind + ":"
+    absent = (ledger.get("pending") or {}).get("absent") or []
+    return set(ledger.get(kind) or []) | {key[len(prefix):] for key in absent if key.startswith(prefix)}
+
+
 def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str = "",
-             broken: frozenset[str] = frozenset()) -> dict:
+             broken: frozenset[str] = frozenset(), stale: frozenset[str] = frozenset()) -> dict:
     """What the ledger owns that `planned` does not want. Packages: the owned ones the last plan named and this one
     does not (their dependencies follow through apt's autoremove, limited to owned ones); everything owned on
     destroy. Wheels: the owned distributions the last plan named and this one does not (prune_wheels takes their
@@ -174,12 +182,12 @@ def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str
     out: dict = {"packages": packages, "wheels": [] if destroy else wheels, "keep_wheels": want["wheels"],
                  "owned_wheels": sorted(owned_wheels - VENV_BASE)}
     for kind in KINDS:
-        out[kind] = sorted(set(ledger.get(kind) or []) - set(want[kind]))
+        out[kind] = sorted(owned(ledger, kind) - set(want[kind]))
     if not destroy:
         # An account provision made stays when a plan names another (renamed): its home, and what the person did as
         # it, are theirs; destroy takes it.
         out["accounts"] = []
-    owned_venvs = set(ledger.get("venvs") or []) & set(want["venvs"])
+    owned_venvs = owned(ledger, "venvs") & set(want["venvs"])
     if owned_venvs & broken:
         # Its interpreter is gone (the system's Python moved, as a dist-upgrade from Debian 12 to 13 moves 3.11 to
         # 3.13): the environment provision made cannot be repaired in place, so it is made again.
@@ -188,8 +196,11 @@ def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str
     if venv_owner and want["accounts"] and venv_owner not in want["accounts"]:
         # The plan's account changed (renamed): the environment provision made for the old one is made again for the
         # new one (its files are the old account's), not pruned wheel by wheel.
-        out["venvs"] = sorted(set(out["venvs"]) | (set(ledger.get("venvs") or []) & set(want["venvs"])))
+        out["venvs"] = sorted(set(out["venvs"]) | owned_venvs)
         out["wheels"] = []
+        # And the directories provision made for the old account (the verifier's reports, Jupyter's state): made
+        # again for the new one.
+        out["paths"] = sorted(set(out["paths"]) | (stale & owned(ledger, "paths")))
     return out
 
 
@@ -447,7 +458,15 @@ def run(module: AnsibleModule) -> dict:
         planned = {} if p["destroy"] else p["planned"]
         broken = frozenset(v for v in planned_of(planned)["venvs"]
                            if os.path.isdir(v) and not os.path.exists(os.path.join(v, "bin", "python")))
-        found = removals(ledger, planned, p["destroy"], p["venv_owner"] or "", broken)
+        stale: frozenset[str] = frozenset()
+        want = planned_of(planned)
+        if p["venv_owner"] and want["accounts"] and p["venv_owner"] not in want["accounts"]:
+            try:
+                uid = pwd.getpwnam(p["venv_owner"]).pw_uid
+            except KeyError:
+                uid = -1
+            stale = frozenset(path for path in want["paths"] if os.path.lexists(path) and os.lstat(path).st_uid == uid)
+        found = removals(ledger, planned, p["destroy"], p["venv_owner"] or "", broken, stale)
         changed = False
         if not module.check_mode and not p["destroy"]:
             pending = begin(ledger, read_dpkg(), p["wheels"], read_present(planned, ledger))

@@ -198,3 +198,17 @@ def test_destroy_of_a_sandbox_nothing_was_applied_to_is_refused_in_one_line(tmp_
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no apply on it is recorded" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_renamed_account_takes_the_old_accounts_directories_along_and_a_failed_apply_still_owns_what_it_made():
+    ledger = _applied({}, {}, {}, {}, PLANNED_DEBIAN | {"paths": ["/var/lib/provision/verify"]},
+                      present_before={"paths:/var/lib/provision/verify": False, "venvs:/opt/provision/venv": False},
+                      present_after={"paths:/var/lib/provision/verify": True, "venvs:/opt/provision/venv": True})
+    renamed = PLANNED_DEBIAN | {"accounts": ["ada"], "paths": ["/var/lib/provision/verify"]}
+    gone = mod.removals(ledger, renamed, venv_owner="ml", stale=frozenset({"/var/lib/provision/verify"}))
+    assert gone["paths"] == ["/var/lib/provision/verify"] and gone["venvs"] == ["/opt/provision/venv"]
+    # That apply removed the environment, made it again and failed before its commit: the next one still owns it.
+    ledger["venvs"] = []
+    ledger["pending"] = {"packages": {}, "wheels": {}, "absent": ["venvs:/opt/provision/venv"]}
+    back = mod.removals(ledger, PLANNED_DEBIAN, venv_owner="ada")
+    assert back["venvs"] == ["/opt/provision/venv"]
