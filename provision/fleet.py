@@ -258,8 +258,12 @@ def apply_groups(
     sandboxes: list[str] | None = None,
     become_password: str | None = None,
     vault_password_file: Path | None = None,
+    destroy: bool = False,
+    purge_home: bool = False,
 ) -> FleetResult:
-    """Render one playbook for every group and run it once. Records what each host got on the controller."""
+    """Render one playbook for every group and run it once. Records what each host got on the controller.
+    destroy: the playbook only removes what each host's ledger lists (`provision destroy`), and the host's records
+    go."""
     targets = {h: g for g in groups for h in g.hosts}
     fleet = FleetResult(groups=groups)
     record_failed: StateError | None = None
@@ -269,7 +273,7 @@ def apply_groups(
     locks = {f"inventory-{state.run_key(inventory_key)}.lock": where}
     locks |= {f"host-{state.run_key(h)}.lock": f"host {h}" for h in targets}
     with procs.exclusive(locks, directory=state.state_dir() / "locks"):
-        if sandboxes:  # sandbox hosts share the controller's wheelhouse: fill it once for every plan
+        if sandboxes and not destroy:  # sandbox hosts share the controller's wheelhouse: fill it once for every plan
             for group in groups:
                 if set(group.hosts) & set(sandboxes):
                     sandbox.fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=on_start)
@@ -277,7 +281,7 @@ def apply_groups(
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = keep_dir or Path(tmp)
             files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
-                                 skip_frameworks=skip_frameworks)
+                                 skip_frameworks=skip_frameworks, destroy=destroy, purge_home=purge_home)
             write_host_key_vars(work, {h: g.hostvars.get(h, {}) for g in groups for h in g.hosts})
             started = time.monotonic()
             try:
@@ -317,7 +321,9 @@ def apply_groups(
                 if record_file.is_file():
                     hr.installed = _read_json(record_file)
                 fleet.hosts[host] = hr
-                if result == "ok" and not check:
+                if result == "ok" and not check and destroy:
+                    state.forget_host(host)
+                elif result == "ok" and not check:
                     record_failed = record_failed or _write_record(host, {
                         "profile": group.profile,
                         "os": group.os,
@@ -329,6 +335,12 @@ def apply_groups(
                         "installed": {k: (hr.installed or {}).get(k, {}) for k in ("packages", "wheels")},
                         "verify": hr.verify,
                     })
+                ledger = _read_json(reports / host / "ledger.json")
+                if ledger is not None and not check and not destroy and stats is not None and not stats.unreachable:
+                    try:
+                        state.write_ledger(host, ledger)
+                    except StateError as exc:
+                        record_failed = record_failed or exc
             if not check:
                 # The run's results are written even when a host's record could not be (a full disk): `--failed`
                 # needs them. Then the first record that failed is reported (exit 3).

@@ -2,6 +2,7 @@
 
     $PROVISION_STATE (default $XDG_STATE_HOME/provision, else ~/.local/state/provision)
       hosts/<host>/applied.json   the Plan applied, the packages and wheels installed, the verification report
+      hosts/<host>/ledger.json    what provision owns on the host (the host's own ledger, fetched after each apply)
       runs/<key>.json             the last apply on an inventory: every host's result (for `apply --failed`)
 
 Records are written by `provision apply` after each run and read by `provision apply --failed` and
@@ -124,6 +125,30 @@ def _read(path: Path, schema: str) -> dict[str, Any] | None:
 
 def read_record(host: str) -> dict[str, Any] | None:
     return _read(record_path(host), RECORD_SCHEMA)
+
+
+LEDGER_SCHEMA = "provision.ledger/1"  # plugins/modules/provision_ledger.py writes it on the host
+
+
+def ledger_path(host: str) -> Path:
+    return state_dir() / "hosts" / _safe(host) / "ledger.json"
+
+
+def write_ledger(host: str, ledger: dict[str, Any]) -> Path:
+    """The host's ledger as its apply fetched it. Raises StateError (exit 3)."""
+    path = ledger_path(host)
+    _write(path, ledger, f"what provision owns on {host} (its ledger)")
+    return path
+
+
+def read_ledger(host: str) -> dict[str, Any] | None:
+    return _read(ledger_path(host), LEDGER_SCHEMA)
+
+
+def forget_host(host: str) -> None:
+    """After `provision destroy`: the host's record and ledger go (provision owns nothing there any more)."""
+    for path in (record_path(host), ledger_path(host)):
+        path.unlink(missing_ok=True)
 
 
 def known_hosts() -> list[str]:

@@ -91,7 +91,8 @@ options:
         optional; a key left out is not checked.
       - C(driver_branch) (the driver branch the plan installs, such as C(550)), C(driver_packages) (the plan's own
         driver packages, never foreign), C(driver_sources) (a regular expression of the Debian source packages of
-        NVIDIA's driver), C(owned_packages) (packages provision installed, never foreign) and C(installer_files)
+        NVIDIA's driver), C(owned_packages) (packages provision installed, never foreign), C(ledger) (the host's
+        ledger, whose packages provision installed and are never foreign either) and C(installer_files)
         (files NVIDIA's C(.run) installer leaves, such as C(/usr/bin/nvidia-uninstall)).
       - C(port), C(bind) and C(port_unit) (the planned Jupyter port and address, and the systemd unit of
         provision's own server, which may hold it).
@@ -904,6 +905,23 @@ def names(items: list[str]) -> str:
     return shown + (f" and {len(items) - MAX_NAMES} more" if len(items) > MAX_NAMES else "")
 
 
+def ledger_packages(path: str) -> list[str]:
+    """The Debian packages the host's ledger (provision_ledger) says provision installed: an earlier plan's driver
+    branch is provision's to replace, not a foreign stack. Read only from a root-owned file no one else can write."""
+    if not path:
+        return []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            st = os.fstat(handle.fileno())
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return []
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return []
+    packages = data.get("packages") if isinstance(data, dict) else None
+    return sorted(str(name) for name in packages) if isinstance(packages, dict) else []
+
+
 def read_preflight(params: dict) -> dict:
     """Every check asked in `params` (the preflight option): {refusals: [one line each], found: {...}}."""
     refusals: list[str] = []
@@ -926,7 +944,8 @@ def read_preflight(params: dict) -> dict:
                         "(NVIDIA's installation guide), reboot, then apply again")
     found["other_branch"] = other_branch_packages(packages, branch, str(params.get("driver_sources") or ""),
                                                   list(params.get("driver_packages") or []),
-                                                  list(params.get("owned_packages") or []))
+                                                  [*(params.get("owned_packages") or []),
+                                                   *ledger_packages(str(params.get("ledger") or ""))])
     if found["other_branch"]:
         bare = [p.split(" ", 1)[0] for p in found["other_branch"]]
         refusals.append(f"NVIDIA driver packages of another branch than the planned {branch} are installed, not by "

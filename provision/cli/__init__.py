@@ -1,7 +1,7 @@
 """The `provision` command. Parses arguments, calls the pipeline, turns errors into messages and exit codes.
 
 One module per command group, registered on the one Typer app in this order (the order `provision --help` lists them):
-plans (validate, plan, gpus, compare, schema), apply (render, apply, check), sandbox (sandbox, tunnel), build, verify
+plans (validate, plan, gpus, compare, schema), apply (render, apply, check), destroy, sandbox (sandbox, tunnel), build, verify
 (verify, doctor). The shared options, consoles and the error handler are in provision.cli.common.
 
 Nothing here decides anything about a stack: that is `provision.resolver`. Exit codes are in `provision.errors`
@@ -20,6 +20,7 @@ from provision.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK
 # isort: off
 from provision.cli import plans  # noqa: F401
 from provision.cli import apply  # noqa: F401
+from provision.cli import destroy  # noqa: F401
 from provision.cli import sandbox  # noqa: F401
 from provision.cli import build  # noqa: F401
 from provision.cli import verify  # noqa: F401

@@ -22,6 +22,7 @@ from provision.cli.common import (
     err,
     handle_errors,
     index_overrides,
+    ledger_change_lines,
     out,
     print_wrapped,
 )
@@ -144,6 +145,11 @@ def apply(
 
     for line in host_key_warnings({h: g.hostvars.get(h, {}) for g in found.groups for h in g.hosts}):
         err.print(line, markup=False)
+    if check or diff:
+        for group in found.groups:
+            for host in group.hosts:
+                for line in ledger_change_lines(group.plan, host, skip_frameworks=skip_frameworks):
+                    out.print(f"{host}: {line}", markup=False)
     if not yes and not check:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None

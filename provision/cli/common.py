@@ -177,3 +177,14 @@ class Activity:
         if self._progress is not None:
             self._progress.stop()
 
+
+def ledger_change_lines(plan: Any, host: str, *, skip_frameworks: bool) -> list[str]:
+    """What the plan would install, replace and remove on host, from the ledger its last apply fetched (plan None:
+    what destroy removes); nothing where no ledger is known."""
+    from provision import state
+    from provision.ledger import change_lines, changes
+
+    ledger = state.read_ledger(host)
+    if ledger is None:
+        return []
+    return change_lines(changes(plan, ledger, skip_frameworks=skip_frameworks))

@@ -16,6 +16,7 @@ from provision.cli.common import (
     app,
     handle_errors,
     index_overrides,
+    ledger_change_lines,
     out,
     print_json,
     print_wrapped,
@@ -85,6 +86,7 @@ def _diff_against(result: Any, host: str, as_json: bool) -> None:
         raise UsageError(f"--diff-against {host}: no record of an apply on {host} in {state.state_dir()} "
                          f"(hosts with a record: {known})")
     lines = plan_differences(result, record.get("plan") or {}) + host_differences(result, record)
+    lines += ledger_change_lines(result, host, skip_frameworks=bool(record.get("frameworks_skipped")))
     if as_json:
         print_json({"host": host, "applied_at": record.get("applied_at"), "profile": record.get("profile"),
                     "differences": lines})

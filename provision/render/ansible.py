@@ -28,7 +28,9 @@ from provision.verify.expect import Expect
 # Order matters: the driver first (libcuda), then the environment, then what installs wheels into it
 # (the cuda and cudnn roles refuse to run before python_env has made the venv, for pypi sources).
 # host_record runs last and always (even under --tags): it records what is installed now.
-ROLES = ("nvidia_driver", "python_env", "cuda", "cudnn", "jupyter", "gpu_verify", "host_record")
+# ledger runs first: it removes what the ledger says provision installed for an earlier plan and this one does not
+# want, before anything is installed (docs/hosts.md, "The ledger").
+ROLES = ("ledger", "nvidia_driver", "python_env", "cuda", "cudnn", "jupyter", "gpu_verify", "host_record")
 # Runs in plays of its own before every other play: each host is read once, and when one is refused (a foreign driver,
 # a held port, ...) a gate play stops every host of the run before the first change on any (roles/preflight).
 PREFLIGHT = "preflight"
@@ -49,6 +51,44 @@ def record_packages(plan: Plan) -> list[str]:
     if plan.cudnn.source not in (None, "pypi"):
         names += plan.cudnn.packages
     return sorted({n.split("=")[0] for n in names if n})
+
+
+def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, Any]:
+    """What the Plan has provision own on a host, for the ledger (roles/ledger, host_record): the packages it names,
+    the distributions it names, the paths it writes, its units, its account and its environment. The paths are the
+    roles' defaults (roles/*/defaults/main.yml), which the playbook does not override."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    wheels = []
+    for text in plan.pip_requirements(frameworks=not skip_frameworks):
+        try:
+            wheels.append(Requirement(text).name)
+        except InvalidRequirement:
+            continue
+    paths = ["/etc/provision", "/opt/provision", "/var/lib/provision", "/var/lib/provision/verify", "/var/cache/provision"]
+    if plan.cuda.install:
+        paths += ["/etc/profile.d/provision-cuda.sh", "/etc/provision/cuda.env"]
+    if plan.cudnn.install:
+        paths += ["/etc/profile.d/provision-cudnn.sh", "/etc/provision/cudnn.env"]
+    if plan.jupyter.enabled:
+        paths += ["/var/lib/provision/jupyter"]
+    if plan.driver.install:
+        paths += ["/etc/modprobe.d/provision-blacklist-nouveau.conf", "/etc/apt/preferences.d/provision-nvidia-driver.pref"]
+    return {
+        "packages": record_packages(plan),
+        "wheels": sorted(set(wheels)),
+        "paths": sorted(paths),
+        "units": ["provision-jupyter"] if plan.jupyter.enabled else [],
+        "accounts": [plan.user],
+        "venv": plan.python.venv,
+    }
+
+
+def components_wanted(plan: Plan) -> bool:
+    """Whether the Plan installs from Debian's archive (the components provision adds: contrib, non-free)."""
+    return plan.target.os_id.startswith("debian") and (
+        (plan.driver.install and plan.driver.source == "debian") or (plan.cuda.install and plan.cuda.source == "debian")
+        or (plan.cudnn.install and plan.cudnn.source == "debian"))
 
 
 def verifier_source() -> Path:
@@ -85,7 +125,11 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
     if skip_frameworks:
         expect["frameworks"] = []
     expect["source"] = f"plan:{plan.profile}"
+    planned = ledger_planned(plan, skip_frameworks=skip_frameworks)
     out: dict[str, Any] = {
+        "ledger_planned": planned,
+        "ledger_venv": venv,
+        "ledger_components_wanted": components_wanted(plan),
         "nvidia_driver_install": plan.driver.install,
         "nvidia_driver_branch": plan.driver.branch or "",
         "nvidia_driver_source": plan.driver.source,
@@ -149,6 +193,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
     }
     out["host_record_packages"] = record_packages(plan)
     out["host_record_venv"] = venv
+    out["host_record_ledger_planned"] = planned
     if fetch_dir:
         out["gpu_verify_fetch_dir"] = fetch_dir
         out["host_record_fetch_dir"] = fetch_dir
@@ -174,9 +219,12 @@ def _role(name: str) -> dict[str, Any]:
     return {"role": f"{COLLECTION}.{name}", "tags": [name, "always"] if name == "host_record" else [name]}
 
 
-def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = VARS_FILE) -> list[dict[str, Any]]:
+def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = VARS_FILE, *,
+                  destroy: bool = False) -> list[dict[str, Any]]:
+    """The play of one Plan; destroy: only the ledger role, which removes everything the ledger lists."""
+    roles = ("ledger",) if destroy else ROLES
     return [{
-        "name": f"Provision {plan.profile} ({plan.target.os_id}, {plan.gpu.model})",
+        "name": f"{'Destroy' if destroy else 'Provision'} {plan.profile} ({plan.target.os_id}, {plan.gpu.model})",
         "hosts": hosts,
         "become": True,
         # Only what the roles read: distribution, architecture, kernel, service manager, Python, FQDN, virtualization.
@@ -184,7 +232,7 @@ def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = V
         # Extra environment for every task, set per host in the inventory (the sandbox points pip at its cache).
         "environment": "{{ provision_environment | default({}) }}",
         "vars_files": [vars_file],
-        "roles": [_role(name) for name in ROLES],
+        "roles": [_role(name) for name in roles],
     }]
 
 
@@ -238,7 +286,8 @@ def render_ansible(plan: Plan, out_dir: str | Path, *, inventory: dict[str, Any]
 
 
 def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path, *,
-                 inventory: dict[str, Any] | str | Path | None = None, skip_frameworks: bool = False) -> dict[str, Path]:
+                 inventory: dict[str, Any] | str | Path | None = None, skip_frameworks: bool = False,
+                 destroy: bool = False, purge_home: bool = False) -> dict[str, Path]:
     """One play per (plan, hosts) group, in one playbook: Ansible runs every host in parallel, each with its own
     profile's variables. hosts None means every host in the inventory (a single plan). With one group the files are
     site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group."""
@@ -253,15 +302,18 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         vars_rel = f"vars/plan{suffix}.yml"
         files[f"vars{suffix}"] = out / vars_rel
         files[f"plan{suffix}"] = out / f"plan{suffix}.json"
-        preflights.append(preflight_play(plan, hosts if hosts is not None else "all", vars_rel))
-        plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel)
-        write_yaml(unsafe_strings(ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"))),
-                   files[f"vars{suffix}"])
+        if not destroy:  # destroy removes only what the ledger lists: nothing found on the host can stop that
+            preflights.append(preflight_play(plan, hosts if hosts is not None else "all", vars_rel))
+        plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel, destroy=destroy)
+        role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"))
+        if destroy:
+            role_vars |= {"ledger_destroy": True, "ledger_purge_home": purge_home}
+        write_yaml(unsafe_strings(role_vars), files[f"vars{suffix}"])
         _header(files[f"vars{suffix}"], plan.profile_path or plan.profile)
         files[f"plan{suffix}"].write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
         sources.append(plan.profile_path or plan.profile)
     every: str | list[str] = "all" if any(h is None for _, h in groups) else sorted({h for _, hs in groups for h in hs or []})
-    write_yaml([*preflights, gate_play(every), *plays], files["playbook"])
+    write_yaml([*preflights, gate_play(every), *plays] if preflights else plays, files["playbook"])
     _header(files["playbook"], ", ".join(sources))
     if inventory is not None:
         files["inventory"] = out / "inventory.yml"

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("render", {"render"}),
     ("runners and hosts", {"runners", "tunnel", "sandbox", "vm", "verify.controller"}),
     ("fleet and apply", {"fleet", "apply"}),
-    ("cli (the package provision/cli/: common, plans, apply, sandbox, build, verify)", {"cli", "__main__"}),
+    ("cli (the package provision/cli/: common, plans, apply, destroy, sandbox, build, verify)", {"cli", "__main__"}),
 ]
 
 

@@ -1,0 +1,557 @@
+#!/usr/bin/python
+"""The ledger: what provision installed or wrote on this host, and nothing it found there before.
+
+Kept in /var/lib/provision/ledger.json beside applied.json. An apply opens it (`state: begin`: reads what is on the
+host now, says what the ledger holds that the new plan no longer wants, and notes the host as it was), removes that
+(`state: prune`, and `state: prune_wheels` run as the environment's account), runs the roles, and closes it
+(`state: commit`: what is on the host now and was not there when the apply began is provision's). `provision destroy`
+is a prune against an empty plan.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: provision_ledger
+short_description: Keep the record of what provision installed on a host, and remove what a new plan no longer wants
+description:
+  - The ledger (O(path), JSON) lists what provision owns on the host, that is what was absent when an apply began and
+    present when it ended - Debian packages (with their versions), the environment's distributions, files, units,
+    accounts and environments - plus the planned packages it found already installed (never removed).
+  - C(begin) reads the host (dpkg's installed packages, the planned paths, units and accounts) and returns what to
+    remove (RV(removals)); outside check mode it notes the host as it was under C(pending) in the ledger.
+  - C(prune) removes the packages (purged with apt-get, only those the ledger owns, and never when apt would take
+    a package the ledger does not own with them), stops and disables the units, deletes the files and directories,
+    and deletes the accounts (their homes only with O(purge_home)).
+  - C(prune_wheels) runs as the environment's account - it reads the environment's metadata as that account and
+    uninstalls, with the environment's own pip, the owned distributions that nothing kept still requires.
+  - C(commit) records what the apply left on the host.
+options:
+  state:
+    description: The step.
+    type: str
+    choices: [begin, prune, prune_wheels, commit]
+    required: true
+  path:
+    description: The ledger on the host.
+    type: path
+    default: /var/lib/provision/ledger.json
+  planned:
+    description:
+      - What the plan wants, keys C(packages) (Debian packages it names), C(wheels) (distributions it names),
+        C(paths) (files and directories it writes), C(units), C(accounts) and C(venv) (its environment's path).
+      - Empty with O(destroy) true - everything the ledger lists goes.
+    type: dict
+    default: {}
+  destroy:
+    description: Remove everything the ledger lists (the ledger itself last).
+    type: bool
+    default: false
+  purge_home:
+    description: With O(destroy), also delete the homes of the accounts provision created.
+    type: bool
+    default: false
+  wheels:
+    description: The environment's distributions now (normalized name to version, as provision_facts reads them).
+    type: dict
+    default: {}
+  removals:
+    description: What C(begin) returned under RV(removals) (C(prune), C(prune_wheels)).
+    type: dict
+    default: {}
+  venv:
+    description: The environment to prune (C(prune_wheels)).
+    type: path
+    default: ""
+  venv_owner:
+    description:
+      - The account that owns the planned environment now (C(begin)); when the plan names another account, the
+        environment provision made goes, to be made again for the new one.
+    type: str
+    default: ""
+author: provision
+"""
+
+EXAMPLES = r"""
+- name: Open the ledger
+  provision_ledger:
+    state: begin
+    planned: {packages: [nvidia-cuda-toolkit], wheels: [numpy], paths: [/etc/profile.d/provision-cuda.sh],
+              units: [], accounts: [ml], venv: /opt/provision/venv}
+    wheels: "{{ facts.venv.distributions }}"
+  register: ledger_open
+"""
+
+RETURN = r"""
+removals:
+  description: What the ledger owns that the plan does not want - C(packages), C(wheels) (owned distributions the
+    plan no longer names), C(keep_wheels) (what the environment keeps), C(owned_wheels), C(paths), C(units),
+    C(accounts), C(venvs).
+  returned: always
+  type: dict
+removed:
+  description: What was removed (C(prune), C(prune_wheels)) - C(packages), C(wheels), C(paths), C(units),
+    C(accounts); C(kept) names packages left because apt would have taken a package the ledger does not own.
+  returned: always
+  type: dict
+ledger:
+  description: The ledger as written (C(commit)) or read.
+  returned: always
+  type: dict
+"""
+
+import json  # noqa: E402
+import os  # noqa: E402
+import pwd  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+SCHEMA = "provision.ledger/1"
+TIMEOUT_S = 1800
+# The environment's own tools, made with it: never pruned one by one (the environment goes as a whole).
+VENV_BASE = frozenset({"pip", "setuptools", "wheel"})
+KINDS = ("paths", "units", "accounts", "venvs")
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def empty_ledger() -> dict:
+    return {"schema": SCHEMA, "packages": {}, "found": {}, "wheels": {}, "paths": [], "units": [], "accounts": [],
+            "venvs": [], "planned": {}, "pending": None}
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return empty_ledger()
+    except ValueError:
+        raise LedgerError(f"{path} is not JSON: move it away (provision then owns nothing it lists) and apply again") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise LedgerError(f"{path} is not a provision ledger ({SCHEMA})")
+    ledger = empty_ledger()
+    ledger.update(data)
+    return ledger
+
+
+class LedgerError(Exception):
+    """The message is for people."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the ledger says to remove (pure: unit-tested in tests/unit/test_ledger.py)
+
+
+def planned_of(planned: dict) -> dict:
+    out = {key: sorted(set(planned.get(key) or [])) for key in ("packages", "paths", "units", "accounts")}
+    out["wheels"] = sorted({normalize(w) for w in planned.get("wheels") or []})
+    out["venvs"] = [planned["venv"]] if planned.get("venv") else []
+    return out
+
+
+def owned(ledger: dict, kind: str) -> set[str]:
+    """What the ledger owns of a kind, with what an apply that did not finish made (its note lists it as absent when
+    that apply began)."""
+    prefix = kind + ":"
+    absent = (ledger.get("pending") or {}).get("absent") or []
+    return set(ledger.get(kind) or []) | {key[len(prefix):] for key in absent if key.startswith(prefix)}
+
+
+def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str = "",
+             broken: frozenset[str] = frozenset(), stale: frozenset[str] = frozenset()) -> dict:
+    """What the ledger owns that `planned` does not want. Packages: the owned ones the last plan named and this one
+    does not (their dependencies follow through apt's autoremove, limited to owned ones); everything owned on
+    destroy. Wheels: the owned distributions the last plan named and this one does not (prune_wheels takes their
+    dependencies that nothing kept requires)."""
+    want = planned_of({} if destroy else planned)
+    last = planned_of(ledger.get("planned") or {})
+    owned_packages = set(ledger.get("packages") or {})
+    if destroy:
+        packages = sorted(owned_packages)
+    else:
+        packages = sorted((set(last["packages"]) - set(want["packages"])) & owned_packages)
+    owned_wheels = {normalize(n) for n in ledger.get("wheels") or {}}
+    wheels = sorted(((set(last["wheels"]) - set(want["wheels"])) & owned_wheels) - VENV_BASE)
+    out: dict = {"packages": packages, "wheels": [] if destroy else wheels, "keep_wheels": want["wheels"],
+                 "owned_wheels": sorted(owned_wheels - VENV_BASE)}
+    for kind in KINDS:
+        out[kind] = sorted(owned(ledger, kind) - set(want[kind]))
+    if not destroy:
+        # An account provision made stays when a plan names another (renamed): its home, and what the person did as
+        # it, are theirs; destroy takes it.
+        out["accounts"] = []
+    owned_venvs = owned(ledger, "venvs") & set(want["venvs"])
+    if owned_venvs & broken:
+        # Its interpreter is gone (the system's Python moved, as a dist-upgrade from Debian 12 to 13 moves 3.11 to
+        # 3.13): the environment provision made cannot be repaired in place, so it is made again.
+        out["venvs"] = sorted(set(out["venvs"]) | (owned_venvs & broken))
+        out["wheels"] = []
+    if venv_owner and want["accounts"] and venv_owner not in want["accounts"]:
+        # The plan's account changed (renamed): the environment provision made for the old one is made again for the
+        # new one (its files are the old account's), not pruned wheel by wheel.
+        out["venvs"] = sorted(set(out["venvs"]) | owned_venvs)
+        out["wheels"] = []
+        # And the directories provision made for the old account (the verifier's reports, Jupyter's state): made
+        # again for the new one.
+        out["paths"] = sorted(set(out["paths"]) | (stale & owned(ledger, "paths")))
+    return out
+
+
+def has_work(found: dict) -> bool:
+    return any(found.get(k) for k in ("packages", "wheels", *KINDS))
+
+
+def begin(ledger: dict, installed: dict[str, str], wheels: dict[str, str], present: dict[str, bool]) -> dict:
+    """The host as the apply found it, noted under `pending`. A pending note left by an apply that did not finish
+    is kept: what that apply installed is still not the user's."""
+    if ledger.get("pending"):
+        return ledger["pending"]
+    return {"packages": dict(sorted(installed.items())),
+            "wheels": {normalize(k): v for k, v in sorted(wheels.items())},
+            "absent": sorted(name for name, there in present.items() if not there)}
+
+
+def commit(ledger: dict, installed: dict[str, str], wheels: dict[str, str], present: dict[str, bool],
+           planned: dict) -> dict:
+    """The ledger after an apply: owned is what it owned and is still there, plus what is there now and was not
+    when the apply began. A planned package that was there before is `found` (with the version found), never
+    owned."""
+    pending = ledger.get("pending")
+    if not pending:
+        # No note of how the apply found the host (the ledger role did not run: --tags): nothing new is claimed, what
+        # is owned keeps its place while it is there.
+        pending = {"packages": installed, "wheels": wheels, "absent": []}
+    before, before_wheels = pending.get("packages") or {}, pending.get("wheels") or {}
+    owned = {name: entry for name, entry in (ledger.get("packages") or {}).items() if name in installed}
+    for name, version in installed.items():
+        if name in owned:
+            owned[name] = {**owned[name], "version": version}
+        elif name not in before:
+            owned[name] = {"version": version}
+    want = planned_of(planned)
+    for name in owned:
+        owned[name]["planned"] = name in want["packages"]
+    found = {name: version for name, version in (ledger.get("found") or {}).items() if name not in owned}
+    for name in want["packages"]:
+        if name in before and name not in owned and name not in found:
+            found[name] = before[name]
+    wheels = {normalize(k): v for k, v in wheels.items()}
+    owned_wheels = {n: v for n, v in wheels.items() if n in (ledger.get("wheels") or {}) or n not in before_wheels}
+    absent = set(pending.get("absent") or [])
+    new = empty_ledger()
+    new.update(packages=dict(sorted(owned.items())), found=dict(sorted(found.items())),
+               wheels=dict(sorted(owned_wheels.items())), planned=want, pending=None)
+    for kind in KINDS:
+        prefix = kind + ":"
+        kept = {item for item in ledger.get(kind) or [] if present.get(prefix + item, False)}
+        made = {key[len(prefix):] for key, there in present.items()
+                if key.startswith(prefix) and there and key in absent}
+        new[kind] = sorted(kept | made)
+    return new
+
+
+def pruned_pending(pending: dict | None, removed: dict) -> dict | None:
+    """The note of how the apply found the host, after the prune: what it removed counts as absent when the apply
+    began, so what the roles then make again (an environment for a renamed account, or one whose interpreter was
+    gone) is provision's again."""
+    if not pending:
+        return pending
+    out = dict(pending)
+    out["absent"] = sorted(set(pending.get("absent") or [])
+                           | {f"{kind}:{item}" for kind in KINDS for item in removed.get(kind) or []})
+    out["packages"] = {n: v for n, v in (pending.get("packages") or {}).items() if n not in set(removed.get("packages") or [])}
+    if removed.get("venvs"):
+        out["wheels"] = {}
+    return out
+
+
+def unneeded_wheels(owned: set[str], keep: set[str], requires: dict[str, set[str]], installed: set[str]) -> list[str]:
+    """Owned distributions that no kept root needs: the roots are what the plan names and every distribution the
+    ledger does not own (the account's own); their requirements are followed whatever their markers (a marker can
+    only make fewer needed, so this keeps too much rather than too little)."""
+    roots = {n for n in installed if n not in owned} | (keep & installed) | (VENV_BASE & installed)
+    needed, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        todo.extend(requires.get(name, set()) - needed)
+    return sorted((owned & installed) - needed)
+
+
+REQ_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def read_requires(venv: str) -> tuple[set[str], dict[str, set[str]]]:
+    """The environment's distributions and what each requires, from its METADATA (read as the account that runs
+    this step)."""
+    installed: set[str] = set()
+    requires: dict[str, set[str]] = {}
+    lib = os.path.join(venv, "lib")
+    for pyver in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+        site = os.path.join(lib, pyver, "site-packages")
+        for entry in sorted(os.listdir(site)) if os.path.isdir(site) else []:
+            if not entry.endswith(".dist-info"):
+                continue
+            name, deps = None, set()
+            with open(os.path.join(site, entry, "METADATA"), encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    # The headers end at the first empty line; a folded header's continuation lines (a licence's
+                    # text) may be blank but for their indentation, and do not end them.
+                    if line in ("\n", "\r\n"):
+                        break
+                    key, _, value = line.partition(":")
+                    if key == "Name" and name is None:
+                        name = normalize(value.strip())
+                    elif key == "Requires-Dist":
+                        match = REQ_NAME.match(value)
+                        if match:
+                            deps.add(normalize(match.group(1)))
+            if name:
+                installed.add(name)
+                requires.setdefault(name, set()).update(deps)
+    return installed, requires
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The host
+
+
+def read_dpkg() -> dict[str, str]:
+    """Every package dpkg has installed (ii), name to version."""
+    proc = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\t${db:Status-Abbrev}\t${Version}\n"],
+                          capture_output=True, text=True, check=False, timeout=300)
+    if proc.returncode != 0:
+        raise LedgerError(f"dpkg-query failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    found = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[1].strip() == "ii":
+            found[parts[0]] = parts[2]
+    return found
+
+
+def unit_path(name: str) -> str:
+    return f"/etc/systemd/system/{name if '.' in name else name + '.service'}"
+
+
+def read_present(planned: dict, ledger: dict) -> dict[str, bool]:
+    """kind:item -> whether it is on the host, for every path, unit, account and environment planned or owned."""
+    want = planned_of(planned)
+    found = {}
+    for kind in KINDS:
+        for item in set(want[kind]) | set(ledger.get(kind) or []):
+            if kind == "accounts":
+                try:
+                    pwd.getpwnam(item)
+                    there = True
+                except KeyError:
+                    there = False
+            elif kind == "units":
+                there = os.path.lexists(unit_path(item))
+            else:
+                there = os.path.lexists(item)
+            found[f"{kind}:{item}"] = there
+    return found
+
+
+def parse_simulation(text: str) -> set[str]:
+    """The packages `apt-get -s purge` would remove ("Purg name [version]" / "Remv name ...")."""
+    return {m.group(1).split(":")[0] for m in re.finditer(r"^(?:Purg|Remv) (\S+)", text, re.M)}
+
+
+def apt_get(args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LANG="C.UTF-8")
+    return subprocess.run(["apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=300", *args], capture_output=True,
+                          text=True, check=False, env=env, timeout=TIMEOUT_S)
+
+
+def purge(candidates: list[str], owned: set[str]) -> tuple[list[str], list[str]]:
+    """Purge the candidates and the owned packages apt's autoremove then finds unneeded. A candidate whose purge
+    would take a package the ledger does not own (a user's package that depends on it) is kept. Returns (purged,
+    kept)."""
+    todo, kept = list(candidates), []
+    while todo:
+        sim = apt_get(["-s", "--auto-remove", "purge", *todo])
+        if sim.returncode != 0:
+            raise LedgerError(f"apt-get -s purge failed: {sim.stderr.strip()[-400:]}")
+        taken = parse_simulation(sim.stdout)
+        foreign = taken - owned
+        if not foreign:
+            # The autoremovable packages apt would take along that the ledger does not own are not taken: only
+            # owned ones are named, and the purge runs without --auto-remove.
+            names = sorted(taken & owned)
+            proc = apt_get(["purge", *names])
+            if proc.returncode != 0:
+                raise LedgerError(f"apt-get purge {' '.join(names)} failed: {proc.stderr.strip()[-600:]}")
+            return names, kept
+        # Without auto-remove: which candidate drags a foreign package?
+        for name in list(todo):
+            alone = parse_simulation(apt_get(["-s", "purge", name]).stdout)
+            if alone - owned:
+                todo.remove(name)
+                kept.append(name)
+        if not todo:
+            break
+        # Autoremovable foreign packages are not ours to take: purge the candidates and only owned followers.
+        sim = apt_get(["-s", "--auto-remove", "purge", *todo])
+        taken = parse_simulation(sim.stdout) & owned
+        proc = apt_get(["purge", *sorted(taken | set(todo))])
+        if proc.returncode != 0:
+            raise LedgerError(f"apt-get purge failed: {proc.stderr.strip()[-600:]}")
+        return sorted(taken | set(todo)), kept
+    return [], kept
+
+
+def systemctl(*args: str) -> None:
+    if shutil.which("systemctl") and os.path.isdir("/run/systemd/system"):
+        subprocess.run(["systemctl", *args], capture_output=True, text=True, check=False, timeout=300)
+
+
+def remove_path(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def write(path: str, ledger: dict) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ledger.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(ledger, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def run(module: AnsibleModule) -> dict:
+    p = module.params
+    state, path = p["state"], p["path"]
+    if state == "prune_wheels":
+        found = p["removals"] or {}
+        venv = p["venv"]
+        if not found.get("wheels") or not os.path.isdir(venv):
+            return {"changed": False, "removed": {"wheels": []}}
+        installed, requires = read_requires(venv)
+        owned = set(found.get("owned_wheels") or [])
+        gone = unneeded_wheels(owned, set(found.get("keep_wheels") or []), requires, installed)
+        if gone and not module.check_mode:
+            proc = subprocess.run([os.path.join(venv, "bin", "python"), "-I", "-m", "pip", "uninstall", "-y",
+                                   "--disable-pip-version-check", *gone], capture_output=True, text=True, check=False,
+                                  timeout=TIMEOUT_S, cwd="/")
+            if proc.returncode != 0:
+                raise LedgerError(f"pip uninstall failed: {proc.stderr.strip()[-600:]}")
+        return {"changed": bool(gone), "removed": {"wheels": gone}}
+
+    ledger = load(path)
+    if state == "begin":
+        planned = {} if p["destroy"] else p["planned"]
+        broken = frozenset(v for v in planned_of(planned)["venvs"]
+                           if os.path.isdir(v) and not os.path.exists(os.path.join(v, "bin", "python")))
+        stale: frozenset[str] = frozenset()
+        want = planned_of(planned)
+        if p["venv_owner"] and want["accounts"] and p["venv_owner"] not in want["accounts"]:
+            try:
+                uid = pwd.getpwnam(p["venv_owner"]).pw_uid
+            except KeyError:
+                uid = -1
+            stale = frozenset(path for path in want["paths"] if os.path.lexists(path) and os.lstat(path).st_uid == uid)
+        found = removals(ledger, planned, p["destroy"], p["venv_owner"] or "", broken, stale)
+        changed = False
+        if not module.check_mode and not p["destroy"]:
+            pending = begin(ledger, read_dpkg(), p["wheels"], read_present(planned, ledger))
+            if ledger.get("pending") != pending:
+                ledger["pending"] = pending
+                write(path, ledger)
+        return {"changed": changed, "removals": found, "work": has_work(found), "ledger": ledger}
+
+    if state == "prune":
+        found = p["removals"] or {}
+        removed: dict = {"packages": [], "kept": [], "paths": [], "units": [], "accounts": [], "venvs": []}
+        if not has_work(found):
+            return {"changed": False, "removed": removed}
+        if module.check_mode:  # what would go: the packages as named, before apt's autoremove adds its followers
+            return {"changed": True, "removed": {**removed, **{k: list(found.get(k) or []) for k in removed if k != "kept"}}}
+        for unit in found.get("units") or []:
+            systemctl("disable", "--now", unit)
+            remove_path(unit_path(unit))
+            removed["units"].append(unit)
+        if removed["units"]:
+            systemctl("daemon-reload")
+        for account in found.get("accounts") or []:
+            try:
+                pwd.getpwnam(account)
+            except KeyError:
+                continue
+            argv = ["userdel", *(["--remove"] if p["purge_home"] else []), account]
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+            if proc.returncode not in (0, 12):  # 12: the home could not be removed (none there)
+                raise LedgerError(f"userdel {account} failed: {proc.stderr.strip()[:300]}")
+            removed["accounts"].append(account)
+        for item in [*(found.get("venvs") or []), *(found.get("paths") or [])]:
+            if os.path.lexists(item):
+                remove_path(item)
+                removed["venvs" if item in (found.get("venvs") or []) else "paths"].append(item)
+        if found.get("packages"):
+            owned = set(ledger.get("packages") or {})
+            removed["packages"], removed["kept"] = purge(list(found["packages"]), owned)
+        gone = set(removed["packages"])
+        ledger["packages"] = {n: e for n, e in (ledger.get("packages") or {}).items() if n not in gone}
+        ledger["pending"] = pruned_pending(ledger.get("pending"), removed)
+        for kind in KINDS:
+            ledger[kind] = [i for i in ledger.get(kind) or [] if i not in removed[kind]]
+        if p["destroy"]:
+            if os.path.lexists(path):
+                os.unlink(path)
+        else:
+            write(path, ledger)
+        return {"changed": any(removed[k] for k in removed if k != "kept"), "removed": removed}
+
+    # commit
+    if module.check_mode:
+        return {"changed": False, "ledger": ledger}
+    new = commit(ledger, read_dpkg(), p["wheels"], read_present(p["planned"], ledger), p["planned"])
+    new.pop("pending", None)
+    old = dict(ledger)
+    old.pop("pending", None)
+    changed = new != old
+    new["pending"] = None
+    if changed or ledger.get("pending") is not None:
+        write(path, new)
+    return {"changed": changed, "ledger": new}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["begin", "prune", "prune_wheels", "commit"], "required": True},
+            "path": {"type": "path", "default": "/var/lib/provision/ledger.json"},
+            "planned": {"type": "dict", "default": {}},
+            "destroy": {"type": "bool", "default": False},
+            "purge_home": {"type": "bool", "default": False},
+            "wheels": {"type": "dict", "default": {}},
+            "removals": {"type": "dict", "default": {}},
+            "venv": {"type": "path", "default": ""},
+            "venv_owner": {"type": "str", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = run(module)
+    except (LedgerError, OSError, subprocess.SubprocessError) as exc:
+        module.fail_json(msg=f"provision_ledger: {exc}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""`provision destroy`: remove from hosts everything their ledger says provision installed or wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from provision import state
+from provision.cli.apply import (
+    AskBecomePassOpt,
+    InventoryOpt,
+    OptProfileArg,
+    SandboxOpt,
+    VaultPasswordFileOpt,
+    _become_password,
+    _confirm,
+)
+from provision.cli.common import OsOpt, app, handle_errors, ledger_change_lines, out
+from provision.errors import UsageError
+from provision.procs import guarded
+
+
+@app.command()
+@handle_errors
+@guarded
+def destroy(
+    profile: OptProfileArg = None,
+    inventory: InventoryOpt = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
+    check: Annotated[bool, typer.Option("--check", help="List what would be removed; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing the hosts.")] = False,
+    purge_home: Annotated[bool, typer.Option("--purge-home", help="Also delete the homes of the accounts provision "
+                                             "created.")] = False,
+    os_override: OsOpt = None,
+    sandbox: SandboxOpt = None,
+    ask_become_pass: AskBecomePassOpt = False,
+    vault_password_file: VaultPasswordFileOpt = None,
+) -> None:
+    """Remove from hosts everything their ledger says provision installed or wrote (packages purged, its files,
+    units, environment and accounts), restore the apt sources it changed and stop the Jupyter tunnel. The accounts'
+    homes stay unless --purge-home. Without PROFILE a sandbox's recorded profile is used.
+
+    Exit 0 done, 1 a host failed, 2 refused, 3 unreachable.
+    """
+    from provision import tunnel
+    from provision.apply import targets
+    from provision.fleet import apply_groups
+
+    if profile is None and sandbox:
+        record = state.read_record(sandbox)
+        if record is None or not record.get("profile"):
+            raise UsageError(f"destroy --sandbox {sandbox}: no apply on it is recorded; give the PROFILE it was "
+                             "applied with")
+        profile = Path(record["profile"])
+        os_override = os_override or record.get("os")
+    found = targets(profile, inventory, sandbox, os_override, limit, False, vault_password_file=vault_password_file)
+    if sandbox and not found.hosts:
+        raise UsageError(f"destroy --sandbox {sandbox}: no such sandbox")
+    for host in found.hosts:
+        lines = ledger_change_lines(None, host, skip_frameworks=False)
+        for line in lines or ["no ledger on the controller: the host's own ledger says what goes"]:
+            out.print(f"{host}: {line}", markup=False)
+    if not yes and not check:
+        _confirm(found.where(inventory))
+    become_password = _become_password() if ask_become_pass else None
+    inv = found.inventory
+    if found.sandbox:
+        from provision import sandbox as sandboxes
+
+        if not sandboxes.is_running(found.sandbox):
+            raise UsageError(f"destroy --sandbox {found.sandbox}: the sandbox is not running")
+        inv = sandboxes.inventory([found.sandbox])
+    fleet = apply_groups(found.groups, inv, found.key, check=check, destroy=True, purge_home=purge_home,
+                         become_password=become_password, vault_password_file=vault_password_file)
+    for host, result in sorted(fleet.hosts.items()):
+        if result.result == "ok" and not check:
+            tunnel.stop(host)
+        out.print(f"{host}: {'would remove' if check else 'destroyed'}: {result.result} "
+                  f"(changed={result.changed}){(' ' + result.message) if result.message else ''}", markup=False)
+    raise typer.Exit(fleet.exit_code)

@@ -1,0 +1,94 @@
+"""The ledger on the controller: what a Plan would install, replace and remove on a host, read from the host's ledger.
+
+Each host keeps, in /var/lib/provision/ledger.json, what provision installed or wrote there and was not there before
+(plugins/modules/provision_ledger.py writes it; `provision apply` fetches it to provision.state). Against a new Plan:
+
+    install  package nvidia-cuda-toolkit            the plan names it; the ledger does not list it
+    replace  wheel torch 2.7.1 -> 2.8.0             provision installed it at another version than the plan pins
+    remove   wheel nvidia-cuda-runtime-cu12 12.6.77 provision installed it for the last plan; this one names it not
+
+The rule for what goes is the module's own (`removals`), loaded from the file the hosts run, so the controller's
+list and the host's prune cannot disagree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from provision.models import Plan
+from provision.render.ansible import ledger_planned
+from provision.resources import share_dir
+
+
+@cache
+def ledger_module() -> ModuleType:
+    """plugins/modules/provision_ledger.py, as the hosts run it."""
+    path = share_dir("plugins") / "modules" / "provision_ledger.py"
+    spec = importlib.util.spec_from_file_location("provision_ledger_module", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pins(plan: Plan, skip_frameworks: bool) -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for text in plan.pip_requirements(frameworks=not skip_frameworks):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        exact = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        if exact:
+            pins[canonicalize_name(req.name)] = exact[0]
+    return pins
+
+
+def changes(plan: Plan | None, ledger: dict[str, Any], *, skip_frameworks: bool = False) -> list[tuple[str, str, str]]:
+    """(action, kind, text) for each item: install, replace or remove. plan None: destroy (everything goes)."""
+    mod = ledger_module()
+    planned = ledger_planned(plan, skip_frameworks=skip_frameworks) if plan is not None else {}
+    gone = mod.removals(ledger, planned, destroy=plan is None)
+    owned_packages: dict[str, Any] = ledger.get("packages") or {}
+    found: dict[str, Any] = ledger.get("found") or {}
+    owned_wheels: dict[str, str] = {str(canonicalize_name(k)): str(v) for k, v in (ledger.get("wheels") or {}).items()}
+    out: list[tuple[str, str, str]] = []
+    if plan is not None:
+        for name in planned["packages"]:
+            if name not in owned_packages and name not in found:
+                out.append(("install", "package", name))
+        for name, version in sorted(_pins(plan, skip_frameworks).items()):
+            have = owned_wheels.get(name)
+            if have is None:
+                out.append(("install", "wheel", f"{name} {version}"))
+            elif have.split("+")[0] != version.split("+")[0]:
+                out.append(("replace", "wheel", f"{name} {have} -> {version}"))
+        for kind, key in (("unit", "units"), ("account", "accounts")):
+            for name in planned[key]:
+                if name not in (ledger.get(key) or []):
+                    out.append(("install", kind, name))
+    for name in gone["packages"]:
+        version = (owned_packages.get(name) or {}).get("version", "")
+        out.append(("remove", "package", f"{name} {version}".strip()))
+    if gone["packages"]:
+        out.append(("remove", "package", "and the packages only those pulled in (apt's autoremove, owned ones only)"))
+    for name in gone["wheels"]:
+        out.append(("remove", "wheel", f"{name} {owned_wheels.get(name, '')}".strip()))
+    if gone["wheels"]:
+        out.append(("remove", "wheel", "and the wheels only those required"))
+    for kind, key in (("unit", "units"), ("path", "paths"), ("environment", "venvs"), ("account", "accounts")):
+        for name in gone[key]:
+            out.append(("remove", kind, name))
+    return out
+
+
+def change_lines(items: list[tuple[str, str, str]]) -> list[str]:
+    return [f"{action:<8} {kind:<8} {text}" for action, kind, text in items]

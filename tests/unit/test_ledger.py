@@ -1,0 +1,214 @@
+"""The ledger's rules (plugins/modules/provision_ledger.py): what an apply owns (there when it ended, not there when
+it began), what a new plan removes (owned, named by the last plan, not by this one), which wheels go with a removed
+one (only owned ones nothing kept requires), apt's simulation read; and the controller's install / replace / remove
+list (provision/ledger.py) against a real Plan."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from provision.ledger import change_lines, changes
+from provision.pipeline import plan_for
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE_PATH = ROOT / "plugins" / "modules" / "provision_ledger.py"
+_spec = importlib.util.spec_from_file_location("provision_ledger", MODULE_PATH)
+mod = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = mod
+_spec.loader.exec_module(mod)
+
+PLANNED_PYPI = {"packages": [], "wheels": ["numpy", "nvidia-cuda-runtime-cu12", "torch"], "paths": ["/etc/provision"],
+                "units": ["provision-jupyter"], "accounts": ["ml"], "venv": "/opt/provision/venv"}
+PLANNED_DEBIAN = {"packages": ["nvidia-cuda-toolkit"], "wheels": ["numpy"], "paths": ["/etc/provision"], "units": [],
+                  "accounts": ["ml"], "venv": "/opt/provision/venv"}
+
+
+def _applied(before_pkgs, after_pkgs, before_wheels, after_wheels, planned, ledger=None, present_after=None,
+             present_before=None):
+    """One apply: begin on the host as it was, commit on the host as it is after."""
+    ledger = ledger or mod.empty_ledger()
+    ledger["pending"] = mod.begin(ledger, before_pkgs, before_wheels, present_before or {})
+    return mod.commit(ledger, after_pkgs, after_wheels, present_after or {}, planned)
+
+
+def test_owned_is_what_the_apply_added_and_found_is_what_was_there():
+    ledger = _applied({"bash": "5.2", "htop": "3.4"}, {"bash": "5.2", "htop": "3.4", "nvidia-cuda-toolkit": "12.4",
+                                                      "libcudart12": "12.4"},
+                      {}, {"numpy": "2.2.6", "pip": "25.1"}, PLANNED_DEBIAN | {"packages": ["nvidia-cuda-toolkit",
+                                                                                            "htop"]},
+                      present_before={"units:provision-jupyter": False, "accounts:ml": False,
+                                      "paths:/etc/provision": False},
+                      present_after={"accounts:ml": True, "paths:/etc/provision": True})
+    assert set(ledger["packages"]) == {"nvidia-cuda-toolkit", "libcudart12"}
+    assert ledger["packages"]["nvidia-cuda-toolkit"] == {"version": "12.4", "planned": True}
+    assert ledger["packages"]["libcudart12"]["planned"] is False  # a dependency apt pulled in
+    assert ledger["found"] == {"htop": "3.4"}  # planned, but the user's: never removed
+    assert ledger["wheels"] == {"numpy": "2.2.6", "pip": "25.1"}
+    assert ledger["accounts"] == ["ml"] and ledger["paths"] == ["/etc/provision"]
+    assert ledger["pending"] is None
+
+
+def test_what_the_user_adds_between_applies_is_not_owned():
+    first = _applied({"bash": "5.2"}, {"bash": "5.2", "libcudart12": "12.4"}, {}, {"numpy": "2.2.6"}, PLANNED_DEBIAN)
+    # The user installs htop and a wheel by hand; the next apply finds them there when it begins.
+    second = _applied({"bash": "5.2", "libcudart12": "12.4", "htop": "3.4"},
+                      {"bash": "5.2", "libcudart12": "12.4", "htop": "3.4"},
+                      {"numpy": "2.2.6", "rich": "14.0"}, {"numpy": "2.2.6", "rich": "14.0"}, PLANNED_DEBIAN,
+                      ledger=first)
+    assert set(second["packages"]) == {"libcudart12"}
+    assert set(second["wheels"]) == {"numpy"}
+
+
+def test_a_pending_note_of_an_unfinished_apply_is_kept():
+    ledger = mod.empty_ledger()
+    ledger["pending"] = mod.begin(ledger, {"bash": "5.2"}, {}, {})
+    # The apply failed after installing libcudart12; the next one begins with it there, but it is still provision's.
+    again = mod.begin(ledger, {"bash": "5.2", "libcudart12": "12.4"}, {}, {})
+    assert again == ledger["pending"]
+
+
+def test_a_changed_plan_removes_only_what_the_last_plan_named_and_the_ledger_owns():
+    ledger = _applied({}, {"bash": "5.2"}, {}, {"numpy": "2.2.6", "torch": "2.7.1", "nvidia-cuda-runtime-cu12": "12.6.77",
+                                               "pip": "25.1"}, PLANNED_PYPI,
+                      present_before={"units:provision-jupyter": False}, present_after={"units:provision-jupyter": True})
+    ledger["packages"] = {}  # bash was there: pretend nothing was installed
+    gone = mod.removals(ledger, PLANNED_DEBIAN)
+    assert gone["wheels"] == ["nvidia-cuda-runtime-cu12", "torch"]
+    assert gone["units"] == ["provision-jupyter"]
+    assert gone["packages"] == [] and gone["accounts"] == []
+    assert "pip" not in gone["owned_wheels"]
+    assert mod.removals(ledger, PLANNED_PYPI) == mod.removals(ledger, PLANNED_PYPI) and not mod.has_work(
+        mod.removals(ledger, PLANNED_PYPI))
+
+
+def test_destroy_removes_everything_owned_and_nothing_found():
+    ledger = _applied({"htop": "3.4"}, {"htop": "3.4", "libcudart12": "12.4", "nvidia-cuda-toolkit": "12.4"}, {},
+                      {"numpy": "2.2.6"}, PLANNED_DEBIAN | {"packages": ["nvidia-cuda-toolkit", "htop"]},
+                      present_before={"accounts:ml": False, "venvs:/opt/provision/venv": False},
+                      present_after={"accounts:ml": True, "venvs:/opt/provision/venv": True})
+    gone = mod.removals(ledger, {}, destroy=True)
+    assert gone["packages"] == ["libcudart12", "nvidia-cuda-toolkit"]
+    assert gone["accounts"] == ["ml"] and gone["venvs"] == ["/opt/provision/venv"]
+
+
+def test_unneeded_wheels_follow_only_owned_distributions_nothing_kept_requires():
+    requires = {"torch": {"nvidia-cuda-runtime-cu12", "jinja2", "filelock"}, "jupyterlab": {"jinja2"},
+                "nvidia-cuda-runtime-cu12": set(), "jinja2": {"markupsafe"}, "filelock": set(), "markupsafe": set(),
+                "rich": {"markupsafe"}, "numpy": set(), "pip": set()}
+    installed = set(requires)
+    owned = installed - {"rich"}  # the account installed rich itself
+    gone = mod.unneeded_wheels(owned, {"jupyterlab", "numpy"}, requires, installed)
+    assert gone == ["filelock", "nvidia-cuda-runtime-cu12", "torch"]  # jinja2 stays for jupyterlab
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Purg libcudart12 [12.4.131~12.4.1-1]\nPurg nvidia-cuda-toolkit [12.4]\n", {"libcudart12", "nvidia-cuda-toolkit"}),
+    ("Remv libfoo:amd64 [1.0]\nInst bar (1)\n", {"libfoo"}),
+    ("Reading package lists...\n0 upgraded, 0 newly installed\n", set()),
+])
+def test_apt_simulation_is_read(text, expected):
+    assert mod.parse_simulation(text) == expected
+
+
+def test_the_controller_lists_install_replace_and_remove_against_a_plan():
+    plan = plan_for(ROOT / "profiles" / "deskmini.yaml", os_override="debian-13")
+    ledger = mod.empty_ledger()
+    ledger["planned"] = mod.planned_of({"packages": ["nvidia-cuda-toolkit"], "wheels": ["numpy", "oldthing"],
+                                        "units": [], "accounts": ["ml"], "venv": plan.python.venv})
+    ledger["packages"] = {"nvidia-cuda-toolkit": {"version": "12.4.131~12.4.1-3", "planned": True}}
+    ledger["wheels"] = {"numpy": "0.1", "oldthing": "1.0"}
+    ledger["accounts"] = ["ml"]
+    lines = change_lines(changes(plan, ledger, skip_frameworks=True))
+    assert any(line.split()[:3] == ["replace", "wheel", "numpy"] for line in lines), lines
+    assert any(line.split()[:3] == ["remove", "package", "nvidia-cuda-toolkit"] for line in lines), lines
+    assert any(line.split()[:3] == ["remove", "wheel", "oldthing"] for line in lines), lines
+    assert any(line.split()[:3] == ["install", "unit", "provision-jupyter"] for line in lines), lines
+    destroy = change_lines(changes(None, ledger))
+    assert [line.split()[0] for line in destroy] == ["remove"] * len(destroy) and any("account" in x for x in destroy)
+
+
+def test_requirements_are_read_past_a_folded_licence_with_blank_continuation_lines(tmp_path):
+    """ipykernel's METADATA folds its licence over lines that are blank but for their indentation: reading stopped
+    there once, jupyter-client looked unneeded and was uninstalled from under JupyterLab."""
+    site = tmp_path / "lib" / "python3.13" / "site-packages"
+    (site / "ipykernel-7.1.0.dist-info").mkdir(parents=True)
+    (site / "ipykernel-7.1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.4\nName: ipykernel\nVersion: 7.1.0\nLicense: BSD 3-Clause License\n        \n"
+        "        Copyright (c) 2015\nRequires-Dist: jupyter-client>=8.0.0\nRequires-Dist: pytest; extra == 'test'\n"
+        "\nDescription body\nRequires-Dist: not-a-header\n")
+    (site / "jupyter_client-8.6.3.dist-info").mkdir()
+    (site / "jupyter_client-8.6.3.dist-info" / "METADATA").write_text("Name: jupyter_client\nVersion: 8.6.3\n\n")
+    installed, requires = mod.read_requires(str(tmp_path))
+    assert installed == {"ipykernel", "jupyter-client"}
+    assert requires["ipykernel"] == {"jupyter-client", "pytest"}
+    assert mod.unneeded_wheels(installed, {"ipykernel"}, requires, installed) == []
+
+
+def test_an_environment_of_a_renamed_account_is_made_again():
+    ledger = _applied({}, {}, {}, {"numpy": "2.2.6"}, PLANNED_DEBIAN,
+                      present_before={"venvs:/opt/provision/venv": False, "accounts:ml": False},
+                      present_after={"venvs:/opt/provision/venv": True, "accounts:ml": True})
+    renamed = PLANNED_DEBIAN | {"accounts": ["ada"]}
+    gone = mod.removals(ledger, renamed, venv_owner="ml")
+    assert gone["venvs"] == ["/opt/provision/venv"] and gone["accounts"] == []  # the old account and home stay
+    assert mod.removals(ledger, PLANNED_DEBIAN, venv_owner="ml")["venvs"] == []
+
+
+def test_a_commit_without_a_begin_claims_nothing_new():
+    """`apply --tags cuda` runs host_record (always) but not the ledger role: the host's packages are not provision's
+    for that."""
+    ledger = mod.commit(mod.empty_ledger(), {"bash": "5.2", "htop": "3.4"}, {"rich": "14.0"}, {"accounts:ml": True},
+                        PLANNED_DEBIAN)
+    assert ledger["packages"] == {} and ledger["wheels"] == {} and ledger["accounts"] == []
+
+
+def test_an_environment_whose_interpreter_is_gone_is_made_again():
+    ledger = _applied({}, {}, {}, {"numpy": "2.2.6"}, PLANNED_DEBIAN, present_before={"venvs:/opt/provision/venv": False},
+                      present_after={"venvs:/opt/provision/venv": True})
+    gone = mod.removals(ledger, PLANNED_DEBIAN, broken=frozenset({"/opt/provision/venv"}))
+    assert gone["venvs"] == ["/opt/provision/venv"] and mod.has_work(gone)
+    # One the ledger does not own (the user's, or made before the ledger) is not touched.
+    assert mod.removals(mod.empty_ledger(), PLANNED_DEBIAN, broken=frozenset({"/opt/provision/venv"}))["venvs"] == []
+
+
+def test_what_the_prune_removed_and_the_roles_made_again_stays_provisions():
+    ledger = _applied({}, {}, {}, {"numpy": "2.2.6"}, PLANNED_DEBIAN, present_before={"venvs:/opt/provision/venv": False},
+                      present_after={"venvs:/opt/provision/venv": True})
+    # The next apply begins with the environment there, removes it (its interpreter was gone), python_env makes it.
+    ledger["pending"] = mod.begin(ledger, {}, {"numpy": "2.2.6"}, {"venvs:/opt/provision/venv": True})
+    ledger["venvs"] = []
+    ledger["pending"] = mod.pruned_pending(ledger["pending"], {"venvs": ["/opt/provision/venv"], "packages": []})
+    after = mod.commit(ledger, {}, {"numpy": "2.2.6", "jupyterlab": "4.4"}, {"venvs:/opt/provision/venv": True},
+                       PLANNED_DEBIAN)
+    assert after["venvs"] == ["/opt/provision/venv"]
+    assert set(after["wheels"]) == {"numpy", "jupyterlab"}
+
+
+def test_destroy_of_a_sandbox_nothing_was_applied_to_is_refused_in_one_line(tmp_path):
+    import os
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "provision", "destroy", "--sandbox", "pv-never-applied", "--check"],
+                          capture_output=True, text=True, cwd=ROOT, env=os.environ | {"PROVISION_STATE": str(tmp_path)},
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no apply on it is recorded" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_renamed_account_takes_the_old_accounts_directories_along_and_a_failed_apply_still_owns_what_it_made():
+    ledger = _applied({}, {}, {}, {}, PLANNED_DEBIAN | {"paths": ["/var/lib/provision/verify"]},
+                      present_before={"paths:/var/lib/provision/verify": False, "venvs:/opt/provision/venv": False},
+                      present_after={"paths:/var/lib/provision/verify": True, "venvs:/opt/provision/venv": True})
+    renamed = PLANNED_DEBIAN | {"accounts": ["ada"], "paths": ["/var/lib/provision/verify"]}
+    gone = mod.removals(ledger, renamed, venv_owner="ml", stale=frozenset({"/var/lib/provision/verify"}))
+    assert gone["paths"] == ["/var/lib/provision/verify"] and gone["venvs"] == ["/opt/provision/venv"]
+    # That apply removed the environment, made it again and failed before its commit: the next one still owns it.
+    ledger["venvs"] = []
+    ledger["pending"] = {"packages": {}, "wheels": {}, "absent": ["venvs:/opt/provision/venv"]}
+    back = mod.removals(ledger, PLANNED_DEBIAN, venv_owner="ada")
+    assert back["venvs"] == ["/opt/provision/venv"]
