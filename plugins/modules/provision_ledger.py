@@ -69,7 +69,7 @@ options:
         environment provision made goes, to be made again for the new one.
     type: str
     default: ""
-author: provision
+author: provision maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -308,7 +308,7 @@ def read_requires(venv: str) -> tuple[set[str], dict[str, set[str]]]:
                     # text) may be blank but for their indentation, and do not end them.
                     if line in ("\n", "\r\n"):
                         break
-                    key, _, value = line.partition(":")
+                    key, value = line.split(":", 1) if ":" in line else (line, "")
                     if key == "Name" and name is None:
                         name = normalize(value.strip())
                     elif key == "Requires-Dist":
