@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("models", {"models"}),
     ("profiles and the resolver", {"loader", "resolver", "costs", "report", "drift"}),
     ("plan", {"pipeline", "doctor"}),
-    ("render", {"render"}),
+    ("render", {"render", "ledger"}),
     ("runners and hosts", {"runners", "tunnel", "sandbox", "vm", "verify.controller"}),
     ("fleet and apply", {"fleet", "apply"}),
     ("cli (the package provision/cli/: common, plans, apply, destroy, sandbox, build, verify)", {"cli", "__main__"}),
