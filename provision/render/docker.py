@@ -215,8 +215,15 @@ def frameworks_label(plan: Plan, *, skip_frameworks: bool = False) -> str:
         return "skipped"
     if not plan.frameworks:
         return "none"
-    return ",".join(f"{f.package}=={f.version}" + (f"+{f.variant}" if f.variant else "") for f in
-                    sorted(plan.frameworks, key=lambda f: f.name))
+    return ",".join(_framework_label(f) for f in sorted(plan.frameworks, key=lambda f: f.name))
+
+
+def _framework_label(fw: FrameworkPlan) -> str:
+    """torch==2.6.0+cu126 (a build variant), jax[cuda13]==0.12.0.1 (a variant that is an extra of the package, as
+    jax's CUDA plugins are: jax==0.12.0.1+cuda13 names no release)."""
+    if fw.variant and any(r.startswith(f"{fw.package}[{fw.variant}]") for r in fw.requirements):
+        return f"{fw.package}[{fw.variant}]=={fw.version}"
+    return f"{fw.package}=={fw.version}" + (f"+{fw.variant}" if fw.variant else "")
 
 
 def cudnn_label(plan: Plan) -> str:

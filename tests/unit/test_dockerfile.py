@@ -338,3 +338,19 @@ def test_account_name_that_is_not_safe_is_refused(user: str) -> None:
     plan = deskmini().model_copy(update={"user": user})  # a plan file edited by hand skips the profile's check
     with pytest.raises(UsageError, match="not a valid account name"):
         render_dockerfile(plan)
+
+
+def test_the_frameworks_label_names_jax_by_its_extra_not_a_local_version(tmp_path: Path) -> None:
+    """jax's CUDA builds are extras of one release (jax[cuda13]==0.12.0.1): `jax==0.12.0.1+cuda13` names no release
+    pip could install. torch's variants stay local version labels (torch==2.0.1+cu117)."""
+    from provision.pipeline import plan_for
+    from provision.resources import share_dir
+
+    text = (share_dir("profiles") / "h100.yaml").read_text().replace("- name: pytorch", "- name: jax")
+    (tmp_path / "jax.yaml").write_text(text)
+    plan = plan_for(str(tmp_path / "jax.yaml"))
+    [fw] = plan.frameworks
+    dockerfile = render_dockerfile(plan)
+    assert f'io.provision.frameworks="jax[{fw.variant}]=={fw.version}"' in dockerfile
+    assert f"+{fw.variant}" not in dockerfile
+    assert 'io.provision.frameworks="torch==2.0.1+cu117"' in render_dockerfile(aws_p2())
