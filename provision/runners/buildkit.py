@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 TRACE_ID = "moby.buildkit.trace"
 # "[2/7] RUN apt-get ..." or, in a multi-stage build, "[runtime 2/7] RUN ...": the Dockerfile's own steps.
-_STEP = re.compile(r"^\[(?:(?P<stage>[^\]]+) )?(?P<n>\d+)/(?P<of>\d+)\] (?P<text>.*)$", re.S)
+# BuildKit pads the step number to the width of the total: `[ 2/10]`, `[venv  2/10]`.
+_STEP = re.compile(r"^\[\s*(?:(?P<stage>[^\]\s][^\]]*?)\s+)?(?P<n>\d+)/(?P<of>\d+)\] (?P<text>.*)$", re.S)
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:

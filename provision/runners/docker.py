@@ -408,7 +408,8 @@ def _venv_tag(plan: Plan, venv_dockerfile: str, base_id: str, wheel_dirs: dict[s
     return f"provision-venv/{plan.profile}:{digest.hexdigest()[:16]}"
 
 
-_STEP_LINE = re.compile(r"^(?:CACHED |DONE )?\[(?:[^\]]+ )?\d+/\d+\] ")
+# BuildKit pads the step number to the width of the total (`[ 2/10]`, `[venv  2/10]`).
+_STEP_LINE = re.compile(r"^(?:CACHED |DONE )?\[[^\]]*?\d+/\d+\] ")
 
 
 def is_step_line(line: str) -> bool:

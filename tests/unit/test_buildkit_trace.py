@@ -85,3 +85,20 @@ def test_an_unreadable_progress_message_adds_nothing() -> None:
     for aux in ("not base64!", truncated, base64.b64encode(bytes([0x0B])).decode()):
         assert trace.add(aux) == []
     assert trace.add(recorded) == ["[internal] load remote build context"]
+
+
+@pytest.mark.parametrize(("name", "described"), [
+    ("[2/7] RUN echo a", "step 2/7 (RUN echo a)"),
+    # From ten steps on, BuildKit pads the number to the total's width: a Dockerfile of ten steps failed as
+    # "[ 2/10] RUN apt-get ..." instead of "step 2/10 (...)" when the Jupyter settings step made it ten.
+    ("[ 2/10] RUN apt-get update", "step 2/10 (RUN apt-get update)"),
+    ("[venv  2/10] RUN apt-get update", "step 2/10 (RUN apt-get update)"),
+    ("[runtime 10/10] COPY a b", "step 10/10 (COPY a b)"),
+    ("[internal] load build definition from Dockerfile", "[internal] load build definition from Dockerfile"),
+])
+def test_a_step_is_named_however_buildkit_pads_its_number(name: str, described: str) -> None:
+    from provision.runners.buildkit import Vertex
+    from provision.runners.docker import is_step_line
+
+    assert Vertex(digest="sha256:0", name=name).describe() == described
+    assert is_step_line(name) == (described != name)
