@@ -19,9 +19,9 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from provision.drift import pinned_wheels
 from provision.models import Plan
 from provision.render.ansible import ledger_planned
 from provision.resources import share_dir
@@ -39,17 +39,6 @@ def ledger_module() -> ModuleType:
     return module
 
 
-def _pins(plan: Plan, skip_frameworks: bool) -> dict[str, str]:
-    pins: dict[str, str] = {}
-    for text in plan.pip_requirements(frameworks=not skip_frameworks):
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        exact = [s.version for s in req.specifier if s.operator in ("==", "===")]
-        if exact:
-            pins[canonicalize_name(req.name)] = exact[0]
-    return pins
 
 
 def changes(plan: Plan | None, ledger: dict[str, Any], *, skip_frameworks: bool = False) -> list[tuple[str, str, str]]:
@@ -65,7 +54,7 @@ def changes(plan: Plan | None, ledger: dict[str, Any], *, skip_frameworks: bool 
         for name in planned["packages"]:
             if name not in owned_packages and name not in found:
                 out.append(("install", "package", name))
-        for name, version in sorted(_pins(plan, skip_frameworks).items()):
+        for name, version in sorted(pinned_wheels(plan, frameworks=not skip_frameworks).items()):
             have = owned_wheels.get(name)
             if have is None:
                 out.append(("install", "wheel", f"{name} {version}"))
