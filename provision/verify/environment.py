@@ -207,32 +207,40 @@ def check_framework_kernels(expect: Expect, python: str, cc: str | None, driver_
             out.append(Check(label, SKIP, f"torch not found in {python}: {res.get('missing') or res.get('error')} "
                              "(framework:pytorch says whether it should be)"))
             continue
-        images = fatbin.Images()
-        read = []
-        for path in res.get("libs", []):
-            try:
-                found = fatbin.read_images(path)
-            except (OSError, fatbin.FatbinError) as exc:
-                out.append(Check(label, FAIL, f"cannot read the GPU code of {path}: {exc}"))
-                break
-            if not found.empty:
-                read.append(Path(path).name)
-            images = images | found
-        else:
-            figs: dict[str, Any] = {"cubin": [f"sm_{a}" for a in sorted(images.cubin)], "ptx": [f"compute_{a}" for a in sorted(images.ptx)],
-                    "libraries": read, "compute_capability": cc}
-            if images.empty:
-                out.append(Check(label, FAIL, f"torch in {python} carries no GPU code (a CPU-only build?); "
-                                 f"the plan wants its {want.get('variant') or 'CUDA'} build", figs))
-                continue
-            installed = res.get("version") if isinstance(res.get("version"), str) else None
-            figs |= {"version": installed, "planned_version": want.get("version")}
-            # The JIT question is about the PTX of the installed build: its CUDA, where its version names one.
-            fw_cuda = build_cuda(installed) or want.get("cuda") or None
-            status, detail = framework_kernels(images, cc, fw_cuda, driver_cuda)
-            what = installed_label("torch", installed, want.get("version"))
-            out.append(Check(label, status, f"{what}: {detail} (read from {', '.join(read)})", figs))
+        images, read, figs, failed = _gpu_code(label, res.get("libs", []), cc)
+        if failed is not None:
+            out.append(failed)
+            continue
+        if images.empty:
+            out.append(Check(label, FAIL, f"torch in {python} carries no GPU code (a CPU-only build?); "
+                             f"the plan wants its {want.get('variant') or 'CUDA'} build", figs))
+            continue
+        installed = res.get("version") if isinstance(res.get("version"), str) else None
+        figs |= {"version": installed, "planned_version": want.get("version")}
+        # The JIT question is about the PTX of the installed build: its CUDA, where its version names one.
+        fw_cuda = build_cuda(installed) or want.get("cuda") or None
+        status, detail = framework_kernels(images, cc, fw_cuda, driver_cuda)
+        what = installed_label("torch", installed, want.get("version"))
+        out.append(Check(label, status, f"{what}: {detail} (read from {', '.join(read)})", figs))
     return out
+
+
+def _gpu_code(label: str, paths: list[str], cc: str) -> tuple[fatbin.Images, list[str], dict[str, Any], Check | None]:
+    """The GPU code of a framework's libraries, merged: (images, the names of the libraries that carry any, the
+    check's figures, a FAIL check when a library cannot be read)."""
+    images, read = fatbin.Images(), list[str]()
+    for path in paths:
+        try:
+            found = fatbin.read_images(path)
+        except (OSError, fatbin.FatbinError) as exc:
+            return images, read, {}, Check(label, FAIL, f"cannot read the GPU code of {path}: {exc}")
+        if not found.empty:
+            read.append(Path(path).name)
+        images = images | found
+    figs: dict[str, Any] = {"cubin": [f"sm_{a}" for a in sorted(images.cubin)],
+                            "ptx": [f"compute_{a}" for a in sorted(images.ptx)], "libraries": read,
+                            "compute_capability": cc}
+    return images, read, figs, None
 
 
 def check_jax_kernels(expect: Expect, python: str, cc: str | None, driver_cuda: str | None) -> list[Check]:
@@ -252,25 +260,18 @@ def check_jax_kernels(expect: Expect, python: str, cc: str | None, driver_cuda: 
             out.append(Check(label, FAIL, f"JAX's {extra} plugin not found in {python}: "
                              f"{res.get('missing') or res.get('error')} (the plan installs jax[{extra}])"))
             continue
-        images, read = fatbin.Images(), []
-        for path in res.get("libs", []):
-            try:
-                found = fatbin.read_images(path)
-            except (OSError, fatbin.FatbinError) as exc:
-                out.append(Check(label, FAIL, f"cannot read the GPU code of {path}: {exc}"))
-                break
-            if not found.empty:
-                read.append(Path(path).name)
-            images = images | found
-        else:
-            figs = {"cubin": [f"sm_{a}" for a in sorted(images.cubin)], "ptx": [f"compute_{a}" for a in sorted(images.ptx)],
-                    "libraries": read, "compute_capability": cc}
-            if images.empty:
-                out.append(Check(label, FAIL, f"JAX's {extra} plugin in {python} carries no GPU code", figs))
-                continue
-            status, detail = framework_kernels(images, cc, want.get("cuda") or None, driver_cuda)
-            out.append(Check(label, status, f"jax {want.get('version')} [{extra}]: {detail} (read from {', '.join(read)})",
-                             figs))
+        images, read, figs, failed = _gpu_code(label, res.get("libs", []), cc)
+        if failed is not None:
+            out.append(failed)
+            continue
+        if images.empty:
+            out.append(Check(label, FAIL, f"JAX's {extra} plugin in {python} carries no GPU code", figs))
+            continue
+        installed = res.get("version") if isinstance(res.get("version"), str) else None
+        figs |= {"version": installed, "planned_version": want.get("version")}
+        status, detail = framework_kernels(images, cc, want.get("cuda") or None, driver_cuda)
+        what = installed_label("jax", installed, want.get("version"))
+        out.append(Check(label, status, f"{what} [{extra}]: {detail} (read from {', '.join(read)})", figs))
     return out
 
 

@@ -67,6 +67,7 @@ def test_the_hosts_verification_checked_jax_and_its_plugins_kernels_against_sm_6
     kernels = checks["framework-kernels:jax"]
     assert kernels["status"] == "PASS", kernels
     assert "cubin sm_60" in kernels["detail"] and "xla_cuda_plugin.so" in kernels["detail"]
+    assert kernels["detail"].startswith("jax 0.12.0.1 [cuda"), kernels  # the installed jax, read from its metadata
     assert "sm_50" in kernels["figures"]["cubin"] and "sm_61" not in kernels["figures"]["cubin"]
     assert checks["framework:jax"]["status"] == "PASS", checks["framework:jax"]
     assert report["status"] == "pass"

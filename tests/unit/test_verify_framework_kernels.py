@@ -225,6 +225,10 @@ def test_jax_plugin_kernels_against_the_gpu(jax_env, cc, status, words):
     [check] = check_jax_kernels(_jax_expect(), jax_env, cc, "13.0")
     assert check.name == "framework-kernels:jax" and check.status == status, check.detail
     assert words in check.detail and "_linalg.so" in check.detail
+    # It names what it read: this environment has the plugin's libraries and no jax metadata, so no jax version,
+    # and the plan's only as planned.
+    assert check.detail.startswith("jax (version unknown, planned 0.12.0.1) [cuda12]: "), check.detail
+    assert check.figures["version"] is None and check.figures["planned_version"] == "0.12.0.1"
 
 
 def test_a_missing_jax_plugin_is_a_failure_naming_the_extra(jax_env):
