@@ -434,6 +434,14 @@ def write(path: str, ledger: dict) -> None:
     os.replace(tmp, path)
 
 
+def refuse_root_in(venv: str) -> None:
+    """prune_wheels reads the environment's metadata and runs its pip: as the account that owns it (the role's
+    become_user), never as root in an environment another account can write."""
+    if os.geteuid() == 0 and os.stat(venv).st_uid != 0:
+        raise LedgerError(f"prune_wheels: {venv} belongs to uid {os.stat(venv).st_uid}; its pip runs as that account "
+                          "(become_user), never as root")
+
+
 def run(module: AnsibleModule) -> dict:
     p = module.params
     state, path = p["state"], p["path"]
@@ -442,6 +450,7 @@ def run(module: AnsibleModule) -> dict:
         venv = p["venv"]
         if not found.get("wheels") or not os.path.isdir(venv):
             return {"changed": False, "removed": {"wheels": []}}
+        refuse_root_in(venv)
         installed, requires = read_requires(venv)
         owned = set(found.get("owned_wheels") or [])
         gone = unneeded_wheels(owned, set(found.get("keep_wheels") or []), requires, installed)

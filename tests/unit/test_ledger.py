@@ -212,3 +212,15 @@ def test_a_renamed_account_takes_the_old_accounts_directories_along_and_a_failed
     ledger["pending"] = {"packages": {}, "wheels": {}, "absent": ["venvs:/opt/provision/venv"]}
     back = mod.removals(ledger, PLANNED_DEBIAN, venv_owner="ada")
     assert back["venvs"] == ["/opt/provision/venv"]
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="the guard is about root: this run is not root")
+def test_root_never_runs_the_pip_of_an_environment_another_account_owns(tmp_path):
+    import os
+
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    mod.refuse_root_in(str(venv))  # root's own environment: allowed
+    os.chown(venv, 1000, 1000)
+    with pytest.raises(mod.LedgerError, match="never as root"):
+        mod.refuse_root_in(str(venv))
