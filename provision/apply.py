@@ -171,9 +171,10 @@ class ApplyOutcome:
 
 def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, diff: bool = False,
               tags: str | None = None, skip_frameworks: bool = False, no_check: bool = False,
-              become_password: str | None = None, vault_password_file: Path | None = None) -> ApplyOutcome:
+              become_password: str | None = None, vault_password_file: Path | None = None,
+              full: bool = False) -> ApplyOutcome:
     """Start the sandbox (if it is one), run the playbook on every host, then `provision check` on them unless
-    --no-check, --check or --tags say otherwise. Exit: the playbook's (0 ok, 1 a host failed, 3 unreachable), then the
+    --no-check, --check or --tags say otherwise. full: every role on every host (no fast path). Exit: the playbook's (0 ok, 1 a host failed, 3 unreachable), then the
     checks' (1 red, 3 could not run)."""
     took: dict[str, float] = {"started": time.monotonic()}
     inventory = found.inventory
@@ -200,7 +201,7 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
         fleet = apply_groups(found.groups, inventory, found.key, check=check, diff=diff, tags=tags,
                              skip_frameworks=skip_frameworks, on_task=display.task, on_start=on_start,
                              sandboxes=sandboxes, become_password=become_password,
-                             vault_password_file=vault_password_file)
+                             vault_password_file=vault_password_file, full=full)
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)
     outcome = ApplyOutcome(fleet, inventory, took)

@@ -65,6 +65,7 @@ class HostResult:
     verify: dict[str, Any] | None = None
     installed: dict[str, Any] | None = None
     unpredicted: list[str] = field(default_factory=list)  # --check: what the roles could not predict
+    path: str = ""  # "fast (fingerprint matches)" or "full (why)", as the preflight said; "" when it did not run
 
     def to_state(self) -> dict[str, Any]:
         return {"result": self.result, "profile": self.profile, "step": self.step, "message": self.message}
@@ -260,6 +261,7 @@ def apply_groups(
     vault_password_file: Path | None = None,
     destroy: bool = False,
     purge_home: bool = False,
+    full: bool = False,
 ) -> FleetResult:
     """Render one playbook for every group and run it once. Records what each host got on the controller.
     destroy: the playbook only removes what each host's ledger lists (`provision destroy`), and the host's records
@@ -281,7 +283,9 @@ def apply_groups(
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = keep_dir or Path(tmp)
             files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
-                                 skip_frameworks=skip_frameworks, destroy=destroy, purge_home=purge_home)
+                                 skip_frameworks=skip_frameworks, destroy=destroy, purge_home=purge_home,
+                                 full="--full asked for it" if full else "--tags applies part of the plan" if tags else "",
+                                 partial=bool(tags))
             write_host_key_vars(work, {h: g.hostvars.get(h, {}) for g in groups for h in g.hosts})
             started = time.monotonic()
             try:
@@ -314,7 +318,7 @@ def apply_groups(
                 else:
                     result = "ok"
                 hr = HostResult(host, group.profile, result, changed=stats.changed if stats else 0, step=step, message=msg,
-                                unpredicted=run.unpredicted.get(host, []))
+                                unpredicted=run.unpredicted.get(host, []), path=run.paths.get(host, ""))
                 verify_file, record_file = reports / host / "verify.json", reports / host / "applied.json"
                 if verify_file.is_file():
                     hr.verify = _read_json(verify_file)
@@ -386,21 +390,41 @@ def verify_verdict(report: dict[str, Any] | None) -> str:
     return f"verify {report.get('status', '?')}" + (" (compile-only)" if report.get("mode") == "compile-only" else "")
 
 
+def path_word(r: HostResult) -> str:
+    """The path a host took, one word for the summary table: fast, full, or "" when the preflight did not say."""
+    return r.path.split(" ", 1)[0] if r.path else ""
+
+
 def summary_rows(fleet: FleetResult, *, check: bool = False) -> list[tuple[str, str, str, str, str]]:
-    """The apply summary's table, short cells only: host, profile, result, changed, the failed step or the verdict.
-    The long texts (a failure's cause, the verifier's figures) are summary_lines', printed under the table."""
+    """The apply summary's table, short cells only: host, profile, result (with the path a host that succeeded took:
+    "ok (fast)", "ok (full)"), changed, the failed step or the verdict. The long texts (a failure's cause, the
+    verifier's figures, why a host took the full path) are summary_lines', printed under the table."""
     rows = []
     for host, r in sorted(fleet.hosts.items()):
         short = (r.step or r.result) if r.result != "ok" else ("" if check else verify_verdict(r.verify))
-        rows.append((host, r.profile, r.result, str(r.changed), short))
+        result = f"ok ({path_word(r)})" if r.result == "ok" and path_word(r) else r.result
+        rows.append((host, r.profile, result, str(r.changed), short))
     return rows
+
+
+def path_detail(host: str, r: HostResult, *, check: bool = False) -> str | None:
+    """Which path a host took and why, one line: on the fast path a dry run says there is nothing to change."""
+    if not r.path:
+        return None
+    if r.path.startswith("fast"):
+        return f"{host}: no change (fingerprint matches)" if check else f"{host}: fast path: fingerprint matches " \
+            "its last converged apply; only the verifier and the record ran"
+    return f"{host}: full path: {r.path.removeprefix('full').strip().removeprefix('(').removesuffix(')')}"
 
 
 def summary_lines(fleet: FleetResult, *, check: bool = False) -> tuple[list[str], list[str]]:
     """(details, failures) to print under the summary table, one line per host each: the verifier's verdict with its
-    figures for a host that succeeded, and `failed: HOST: STEP: CAUSE` for one that did not."""
+    figures and the path it took (and why) for a host that succeeded, and `failed: HOST: STEP: CAUSE` for one that
+    did not."""
     details = [f"{host}: {verify_line(r.verify)}" for host, r in sorted(fleet.hosts.items())
                if r.result == "ok" and not check]
+    details += [line for host, r in sorted(fleet.hosts.items()) if r.result == "ok"
+                for line in [path_detail(host, r, check=check)] if line]
     failures = [f"refused: {host}: {r.message}" if r.result == "refused" else
                 f"failed: {host}: {r.step or r.result}: {r.message}" for host, r in sorted(fleet.hosts.items())
                 if r.result != "ok"]

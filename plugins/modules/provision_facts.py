@@ -103,6 +103,23 @@ options:
         Signed-By values, stops every plan).
     type: dict
     default: {}
+  fingerprint:
+    description:
+      - One digest of the state provision owns on the host, read in this one call, and its comparison with the digest
+        the last converged apply recorded (the fast re-apply, docs/hosts.md). Keys, all optional.
+      - C(ledger) (the host's ledger; its packages, the packages it found and its accounts and units join those
+        below), C(packages) (Debian packages whose dpkg status and version count), C(files) (paths; a directory
+        counts with everything under it, links not followed), C(skip) (paths under those left out, such as the
+        environment and the verifier's reports; each still counts by its type, owner and mode), C(units),
+        C(accounts), C(venv) (C(path), C(owner), C(checksums) as in O(venv); its distributions and those files count,
+        read as the account).
+      - apt's sources, preferences and keyrings, C(/etc/os-release) and the running kernel always count.
+      - C(record) (the record of the last converged apply, root's file) and C(key) (what else must match - the
+        plan's variables and the roles' version); the answer says whether the host matches that record.
+      - A regular file owned by root counts by its content (sha256); a file another account owns counts by its type,
+        owner, mode, size and modification time, never read as root.
+    type: dict
+    default: {}
 author: provision maintainers (!UNKNOWN)
 """
 
@@ -175,6 +192,16 @@ preflight:
   returned: always
   type: dict
   sample: {"refusals": [], "found": {"half_configured": [], "port_holders": []}}
+fingerprint:
+  description:
+    - With O(fingerprint), C(digest) (one sha256 of all the parts), C(parts) (a sha256 per part - ledger, packages,
+      wheels, files, units, accounts, sources, system), C(key) (the O(fingerprint) key, as given), C(matches)
+      (the record holds the same key and digest), C(differs) (the names of what differs from the record - C(record)
+      when there is none, C(key:<name>) for a key, else the parts) and C(error) (why a part could not be read; then
+      it never matches). Empty when not asked.
+  returned: always
+  type: dict
+  sample: {"digest": "3f1c...", "matches": true, "differs": [], "parts": {"packages": "a9e0..."}}
 """
 
 # Ansible's layout: the documentation blocks come before the imports.
@@ -989,6 +1016,149 @@ def read_preflight(params: dict) -> dict:
     return {"refusals": refusals, "found": found}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The fingerprint: one digest of what provision owns on the host, so that a re-apply on a host that has not changed
+# since its last converged apply runs only the verifier and the record (docs/hosts.md, "The fast re-apply"). Each
+# part is read once; a part that cannot be read makes the digest unmatchable, and the roles run.
+
+FINGERPRINT_APT = ("/etc/apt/sources.list", "/etc/apt/sources.list.d", "/etc/apt/preferences",
+                   "/etc/apt/preferences.d", "/etc/apt/keyrings", "/etc/apt/trusted.gpg", "/etc/apt/trusted.gpg.d",
+                   "/usr/share/keyrings")
+FINGERPRINT_SYSTEM = ("/etc/os-release",)
+MAX_HASHED_BYTES = 16 * 1024 * 1024
+MAX_FINGERPRINT_ENTRIES = 20000
+
+
+def digest_of(data) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def entry_state(path: str, st: os.stat_result) -> list:
+    """What one file system entry counts by: a root-owned regular file by its content; anything else by its type,
+    owner and mode (and a file another account owns by its size and modification time too, never read as root)."""
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        # A directory's own time changes whenever an entry is renamed into it (every record written): its entries
+        # count instead.
+        return ["d", mode, st.st_uid, st.st_gid]
+    if stat.S_ISLNK(st.st_mode):
+        return ["l", os.readlink(path)]
+    if not stat.S_ISREG(st.st_mode):
+        return ["o", stat.S_IFMT(st.st_mode), mode, st.st_uid]
+    if st.st_uid != 0 or st.st_size > MAX_HASHED_BYTES:
+        return ["f", mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns]
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        now = os.fstat(handle.fileno())
+        if not stat.S_ISREG(now.st_mode) or now.st_uid != 0:  # replaced since the lstat
+            return ["f", mode, now.st_uid, now.st_gid, now.st_size, now.st_mtime_ns]
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return ["f", mode, st.st_uid, st.st_gid, digest.hexdigest()]
+
+
+def walk_state(paths: list[str], skip: list[str]) -> dict[str, list]:
+    """Every entry under `paths` (links listed, never followed), each with entry_state; a path in `skip` counts by
+    its type, owner and mode only, and nothing under it is read."""
+    skipped = {os.path.normpath(p) for p in skip}
+    found: dict[str, list] = {}
+
+    def add(path: str) -> bool:
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            found[path] = ["absent"]
+            return False
+        if path in skipped:
+            found[path] = ["skipped", stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid]
+            return False
+        found[path] = entry_state(path, st)
+        if len(found) > MAX_FINGERPRINT_ENTRIES:
+            raise FactsError(f"fingerprint: more than {MAX_FINGERPRINT_ENTRIES} files under {', '.join(paths)}")
+        return stat.S_ISDIR(st.st_mode)
+
+    for top in sorted({os.path.normpath(p) for p in paths}):
+        if not os.path.isabs(top):
+            raise FactsError(f"fingerprint: {top!r} is not an absolute path")
+        if not add(top):
+            continue
+        for where, dirs, files in os.walk(top, followlinks=False):
+            keep = []
+            for name in sorted(dirs):
+                if add(os.path.join(where, name)):
+                    keep.append(name)
+            dirs[:] = keep
+            for name in sorted(files):
+                add(os.path.join(where, name))
+    return found
+
+
+def root_json(path: str) -> dict | None:
+    """A JSON object from a file only root can write (the ledger, the record), or None."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            st = os.fstat(handle.fileno())
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return None
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_fingerprint(params: dict) -> dict:
+    """The fingerprint option: {digest, parts, key, matches, differs, error}."""
+    ledger = root_json(str(params.get("ledger") or "")) or {}
+    parts: dict[str, str] = {}
+    error = None
+    owned = {key: ledger.get(key) for key in ("packages", "found", "wheels", "paths", "units", "accounts", "venvs")}
+    parts["ledger"] = digest_of(owned)
+    packages = sorted({*(params.get("packages") or []), *(ledger.get("packages") or {}), *(ledger.get("found") or {})})
+    units = sorted({*(params.get("units") or []), *(ledger.get("units") or [])})
+    accounts = sorted({*(params.get("accounts") or []), *(ledger.get("accounts") or [])})
+    try:
+        parts["packages"] = digest_of(read_packages(packages))
+        parts["files"] = digest_of(walk_state(list(params.get("files") or []), list(params.get("skip") or [])))
+        parts["units"] = digest_of(read_services(units))
+        parts["accounts"] = digest_of(read_accounts(accounts))
+        parts["sources"] = digest_of(walk_state(list(FINGERPRINT_APT), []))
+        parts["system"] = digest_of([walk_state(list(FINGERPRINT_SYSTEM), []), os.uname().release])
+        environment = params.get("venv") or {}
+        if environment.get("path"):
+            path = str(environment["path"])
+            owner = str(environment.get("owner") or "") or directory_owner(path)
+            checksums = [str(c) for c in environment.get("checksums") or []]
+            if not all(c and not os.path.isabs(c) and ".." not in c.split("/") for c in checksums):
+                raise FactsError("fingerprint: venv.checksums must be paths relative to the environment")
+            found = read_environment(path, owner, [], checksums) if owner else {"exists": False}
+            if found.get("error"):
+                raise FactsError(f"fingerprint: the environment could not be read: {found['error']}")
+            parts["wheels"] = digest_of({k: found.get(k) for k in ("exists", "python", "distributions", "checksums",
+                                                                   "system_site_packages", "owner")})
+    except (FactsError, OSError, subprocess.SubprocessError) as exc:
+        error = str(exc)
+    key = params.get("key") or {}
+    digest = digest_of(parts) if error is None else None
+    answer: dict = {"digest": digest, "parts": parts, "key": key, "matches": False, "differs": [], "error": error}
+    record = root_json(str(params.get("record") or "")) if params.get("record") else None
+    recorded = (record or {}).get("fingerprint") if isinstance((record or {}).get("fingerprint"), dict) else None
+    if recorded is None:
+        answer["differs"] = ["record"]
+    else:
+        old_key = recorded.get("key") if isinstance(recorded.get("key"), dict) else {}
+        differs = [f"key:{name}" for name in sorted(set(key) | set(old_key)) if key.get(name) != old_key.get(name)]
+        old_parts = recorded.get("parts") if isinstance(recorded.get("parts"), dict) else {}
+        differs += [name for name in sorted(set(parts) | set(old_parts)) if parts.get(name) != old_parts.get(name)]
+        if error is not None:
+            differs.append("unreadable")
+        answer["differs"] = differs
+        answer["matches"] = not differs and digest is not None and recorded.get("digest") == digest
+    return answer
+
+
 def gather(params: dict) -> dict:
     environment = params.get("venv") or {}
     facts = {
@@ -1002,6 +1172,7 @@ def gather(params: dict) -> dict:
         "interpreter": read_interpreter(params.get("interpreter") or ""),
         "venv": {},
         "preflight": read_preflight(params["preflight"]) if params.get("preflight") else {},
+        "fingerprint": read_fingerprint(params["fingerprint"]) if params.get("fingerprint") else {},
     }
     if environment:
         path, owner = environment.get("path"), environment.get("owner")
@@ -1033,6 +1204,7 @@ def main() -> None:
             "accounts": {"type": "list", "elements": "str", "default": []},
             "interpreter": {"type": "path", "default": ""},
             "preflight": {"type": "dict", "default": {}},
+            "fingerprint": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )

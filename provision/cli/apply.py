@@ -121,8 +121,15 @@ def apply(
     ask_become_pass: AskBecomePassOpt = False,
     vault_password_file: VaultPasswordFileOpt = None,
     index: IndexOpt = None,
+    full: Annotated[bool, typer.Option("--full", help="Run every role on every host, even where the host's "
+                                       "fingerprint matches its last converged apply (which otherwise runs only the "
+                                       "verifier, the record and the checks).")] = False,
 ) -> None:
     """Provision hosts (or a sandbox container) to their plans with Ansible, then check them.
+
+    A host unchanged since its last converged apply (the fingerprint of what provision owns there, the plan and the
+    roles all match its record) takes the fast path: only the verifier, the record and the checks; --full runs every
+    role. The summary says which path each host took.
 
     Exit 0 every host ok, 1 a host failed (or its check), 2 refused (another apply runs on these hosts, or the preflight
     found what would make the plan fail; docs/hosts.md), 3 a host was
@@ -156,7 +163,7 @@ def apply(
     outcome = run_apply(found, _ApplyDisplay(check=check, skip_frameworks=skip_frameworks, timings=timings,
                                              frameworks=any(g.plan.frameworks for g in found.groups)),
                         check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks, no_check=no_check,
-                        become_password=become_password, vault_password_file=vault_password_file)
+                        become_password=become_password, vault_password_file=vault_password_file, full=full)
     if outcome.check_skipped:
         out.print(f"check skipped: {outcome.check_skipped}", markup=False)
     if not check:
@@ -167,7 +174,8 @@ def apply(
                  *(["--tags", tags] if tags else []), *[w for i in index or [] for w in ("--index", i)],
                  *(["-K"] if ask_become_pass else []),
                  *(["--vault-password-file", str(vault_password_file)] if vault_password_file else []),
-                 *(["--no-check"] if no_check else []), *(["--yes"] if yes else []), "--failed"]
+                 *(["--no-check"] if no_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
+                 "--failed"]
         _print_failed_apply_hints(check=check, retry=retry if inventory else None)
     if outcome.error is not None:
         raise outcome.error

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shlex
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import provision.verify
 from provision import __version__
 from provision.errors import UsageError, printable
 from provision.models import Plan
-from provision.resources import COLLECTION, collections_dir
+from provision.resources import COLLECTION, collections_dir, share_dir
 from provision.verify.expect import Expect
 
 # Order matters: the driver first (libcuda), then the environment, then what installs wheels into it
@@ -84,6 +85,52 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
     }
 
 
+@cache
+def roles_version() -> str:
+    """provision's version and a digest of the collection the hosts run (roles, modules, its metadata): a host whose
+    record names another took its last apply from other roles, and takes the full path (the fast re-apply)."""
+    digest = hashlib.sha256()
+    for name in ("roles", "plugins", "meta"):
+        top = share_dir(name)
+        for path in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(str(path.relative_to(top.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{__version__}+{digest.hexdigest()[:16]}"
+
+
+# Packages the roles need that a stock host may already have (so the ledger does not list them): changed by hand,
+# they make the next apply take the full path too.
+ROLE_PREREQUISITES = ("acl", "python3-apt", "python3-packaging", "python3-venv", "sudo")
+# What the fast re-apply leaves out of the files it reads: the environment (its distributions count instead), the
+# verifier's reports and the record and ledger themselves (written on every apply), the downloads' cache.
+FINGERPRINT_SKIP = ("/var/lib/provision/verify", "/var/lib/provision/applied.json", "/var/lib/provision/ledger.json",
+                    "/var/cache/provision")
+# The environment's files the roles write, read by the environment's account (roles/python_env, roles/jupyter).
+FINGERPRINT_VENV_FILES = ("pip.conf", "share/jupyter/kernels/python3/kernel.json",
+                          "share/jupyter/lab/settings/overrides.json", "etc/jupyter/labconfig/page_config.json")
+
+
+def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: bool = False) -> dict[str, Any]:
+    """What the fast re-apply reads on a host (provision_facts' fingerprint option) and what must match besides:
+    the roles' inputs (key_vars, the rendered variables) and the roles' version."""
+    planned = ledger_planned(plan, skip_frameworks=skip_frameworks)
+    files = [*planned["paths"], "/usr/local/lib/provision"]
+    if plan.jupyter.enabled:
+        files.append("/etc/systemd/system/provision-jupyter.service")
+    return {
+        "ledger": "/var/lib/provision/ledger.json",
+        "record": "/var/lib/provision/applied.json",
+        "packages": sorted({*planned["packages"], *(p.split("=")[0] for p in plan.python.packages),
+                            *ROLE_PREREQUISITES}),
+        "files": sorted(files),
+        "skip": sorted({*FINGERPRINT_SKIP, plan.python.venv}),
+        "units": list(planned["units"]),
+        "accounts": list(planned["accounts"]),
+        "venv": {"path": plan.python.venv, "owner": plan.user, "checksums": list(FINGERPRINT_VENV_FILES)},
+        "key": {"vars": hashlib.sha256(json.dumps(key_vars, sort_keys=True, default=str).encode()).hexdigest()[:16],
+                "roles": roles_version()},
+    }
+
+
 def components_wanted(plan: Plan) -> bool:
     """Whether the Plan installs from Debian's archive (the components provision adds: contrib, non-free)."""
     return plan.target.os_id.startswith("debian") and (
@@ -115,8 +162,11 @@ def kernel_display_name(plan: Plan, *, skip_frameworks: bool = False) -> str:
     return " · ".join(parts + ([f"CUDA {cuda}"] if cuda else []))
 
 
-def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | None = None) -> dict[str, Any]:
-    """Each role's inputs (names from its meta/argument_specs.yml), all taken from the Plan."""
+def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | None = None,
+                 full: str = "", partial: bool = False) -> dict[str, Any]:
+    """Each role's inputs (names from its meta/argument_specs.yml), all taken from the Plan. full: why every host
+    takes the full path ("" lets a host that matches its last converged apply take the fast one); partial: the run
+    applies part of the plan (--tags), so the record keeps no fingerprint."""
     venv, user = plan.python.venv, plan.user
     frameworks = [] if skip_frameworks else [
         {"name": f.name, "requirements": list(f.requirements), "index_url": f.index_url or ""} for f in plan.frameworks
@@ -194,6 +244,15 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
     out["host_record_packages"] = record_packages(plan)
     out["host_record_venv"] = venv
     out["host_record_ledger_planned"] = planned
+    # The fast re-apply (docs/hosts.md): keyed by every input above (the fetch directory and the verifier's place on
+    # the controller aside, which differ from run to run and change nothing on the host).
+    fingerprint = fingerprint_vars(plan, {k: v for k, v in out.items() if k != "gpu_verify_source"},
+                                   skip_frameworks=skip_frameworks)
+    out["preflight_fingerprint"] = fingerprint
+    out["preflight_fast_reapply"] = not full
+    out["preflight_full_reason"] = full or "the fast path was not asked for"
+    out["host_record_fingerprint"] = fingerprint
+    out["host_record_fingerprint_save"] = not partial
     if fetch_dir:
         out["gpu_verify_fetch_dir"] = fetch_dir
         out["host_record_fetch_dir"] = fetch_dir
@@ -219,21 +278,49 @@ def _role(name: str) -> dict[str, Any]:
     return {"role": f"{COLLECTION}.{name}", "tags": [name, "always"] if name == "host_record" else [name]}
 
 
+# The groups the preflight puts each host in (roles/preflight): every role runs on provision_full; only the verifier
+# and the record on provision_fast, the hosts whose fingerprint, plan and roles match their last converged apply.
+FULL_GROUP, FAST_GROUP = "provision_full", "provision_fast"
+FAST_ROLES = ("gpu_verify", "host_record")
+
+
+def _hosts_and(hosts: str | list[str], group: str) -> list[str]:
+    """A host pattern: `hosts` that are also in `group` (Ansible's `&` in a list of patterns)."""
+    return [*([hosts] if isinstance(hosts, str) else hosts), f"&{group}"]
+
+
 def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = VARS_FILE, *,
                   destroy: bool = False) -> list[dict[str, Any]]:
-    """The play of one Plan; destroy: only the ledger role, which removes everything the ledger lists."""
-    roles = ("ledger",) if destroy else ROLES
-    return [{
-        "name": f"{'Destroy' if destroy else 'Provision'} {plan.profile} ({plan.target.os_id}, {plan.gpu.model})",
-        "hosts": hosts,
+    """The plays of one Plan, after its preflight play: every role on the hosts of the full path, the verifier and
+    the record on those of the fast path. The preflight play gathered the facts the roles read (`min`, `virtual`);
+    these plays keep them. destroy: one play with only the ledger role, which removes everything the ledger lists
+    (no preflight: it gathers its own facts)."""
+    title = f"{plan.profile} ({plan.target.os_id}, {plan.gpu.model})"
+    if destroy:
+        return [{
+            "name": f"Destroy {title}",
+            "hosts": hosts,
+            "become": True,
+            "gather_subset": ["min", "virtual"],
+            "environment": "{{ provision_environment | default({}) }}",
+            "vars_files": [vars_file],
+            "roles": [_role("ledger")],
+        }]
+    common = {
         "become": True,
-        # Only what the roles read: distribution, architecture, kernel, service manager, Python, FQDN, virtualization.
-        "gather_subset": ["min", "virtual"],
+        "gather_facts": False,
         # Extra environment for every task, set per host in the inventory (the sandbox points pip at its cache).
         "environment": "{{ provision_environment | default({}) }}",
         "vars_files": [vars_file],
-        "roles": [_role(name) for name in roles],
-    }]
+    }
+    return [
+        {"name": f"Provision {title}", "hosts": _hosts_and(hosts, FULL_GROUP), **common,
+         "roles": [_role(name) for name in ROLES]},
+        {"name": f"Verify {title} (fingerprint matches its last converged apply: no role has anything to do)",
+         "hosts": _hosts_and(hosts, FAST_GROUP), **common,
+         "vars": {"host_record_commit": False},
+         "roles": [_role(name) for name in FAST_ROLES]},
+    ]
 
 
 def preflight_play(plan: Plan, hosts: str | list[str] = "all", vars_file: str = VARS_FILE) -> dict[str, Any]:
@@ -243,7 +330,9 @@ def preflight_play(plan: Plan, hosts: str | list[str] = "all", vars_file: str = 
         "name": f"Preflight {plan.profile}: refuse what would make the plan fail, before the first change",
         "hosts": hosts,
         "become": True,
-        "gather_subset": ["min"],
+        # What the roles read too (distribution, architecture, kernel, service manager, Python, FQDN,
+        # virtualization): the plays after this one keep these facts and gather none.
+        "gather_subset": ["min", "virtual"],
         "vars_files": [vars_file],
         "roles": [{"role": f"{COLLECTION}.{PREFLIGHT}", "tags": [PREFLIGHT, "always"]}],
     }
@@ -287,10 +376,12 @@ def render_ansible(plan: Plan, out_dir: str | Path, *, inventory: dict[str, Any]
 
 def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path, *,
                  inventory: dict[str, Any] | str | Path | None = None, skip_frameworks: bool = False,
-                 destroy: bool = False, purge_home: bool = False) -> dict[str, Path]:
+                 destroy: bool = False, purge_home: bool = False, full: str = "",
+                 partial: bool = False) -> dict[str, Path]:
     """One play per (plan, hosts) group, in one playbook: Ansible runs every host in parallel, each with its own
     profile's variables. hosts None means every host in the inventory (a single plan). With one group the files are
-    site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group."""
+    site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group.
+    full: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars)."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     files = {"playbook": out / "site.yml"}
@@ -305,7 +396,8 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         if not destroy:  # destroy removes only what the ledger lists: nothing found on the host can stop that
             preflights.append(preflight_play(plan, hosts if hosts is not None else "all", vars_rel))
         plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel, destroy=destroy)
-        role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"))
+        role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"), full=full,
+                                 partial=partial)
         if destroy:
             role_vars |= {"ledger_destroy": True, "ledger_purge_home": purge_home}
         write_yaml(unsafe_strings(role_vars), files[f"vars{suffix}"])

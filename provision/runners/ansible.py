@@ -55,6 +55,8 @@ class RunResult:
     task_seconds: dict[str, float] = field(default_factory=dict)
     # --check: what each host's roles said they could not predict (a prerequisite an earlier step installs).
     unpredicted: dict[str, list[str]] = field(default_factory=dict)
+    # The path each host took (roles/preflight): "fast (fingerprint matches)" or "full (why)".
+    paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -217,6 +219,21 @@ def unpredicted_line(event: dict[str, Any]) -> tuple[str, str] | None:
     msg = (data.get("res") or {}).get("msg")
     if isinstance(msg, str) and msg.startswith(UNPREDICTABLE):
         return data.get("host", "?"), msg.removeprefix(UNPREDICTABLE)
+    return None
+
+
+PATH_PREFIX = "path: "  # roles/preflight says which path each host takes: "path: fast (...)" or "path: full (...)"
+
+
+def path_line(event: dict[str, Any]) -> tuple[str, str] | None:
+    """(host, "fast (...)" or "full (...)") for the preflight's line on the path a host takes, None for any other
+    event."""
+    if event.get("event") != "runner_on_ok":
+        return None
+    data = event.get("event_data", {})
+    msg = (data.get("res") or {}).get("msg")
+    if isinstance(msg, str) and msg.startswith(PATH_PREFIX) and str(data.get("role", "")).endswith("preflight"):
+        return data.get("host", "?"), msg.removeprefix(PATH_PREFIX)
     return None
 
 
@@ -444,6 +461,7 @@ def run_playbook(
     final: dict[str, Any] = {}
     task_seconds: dict[str, float] = {}
     unpredicted: dict[str, list[str]] = {}
+    paths: dict[str, str] = {}
 
     def handler(event: dict[str, Any]) -> bool:
         if event.get("event") == "playbook_on_stats":
@@ -453,6 +471,9 @@ def run_playbook(
         said = unpredicted_line(event)
         if said is not None:
             unpredicted.setdefault(said[0], []).append(said[1])
+        took = path_line(event)
+        if took is not None:
+            paths[took[0]] = took[1]
         line = task_line(event)
         if line is not None:
             host, task, state, msg = line
@@ -562,4 +583,4 @@ def run_playbook(
         h.failed, h.unreachable = max(0, h.failed - 1), h.unreachable + 1
     return RunResult(status=runner.status, rc=runner.rc, seconds=time.monotonic() - started, hosts=hosts,
                      failures=failures, host_failures=host_failures, task_seconds=task_seconds,
-                     unpredicted=unpredicted)
+                     unpredicted=unpredicted, paths=paths)

@@ -25,8 +25,8 @@ VERIFY = {"status": "pass", "mode": "gpu", "summary": {"passed": 12, "failed": 0
 
 def fleet(first: str = "gpu-workstation-01") -> FleetResult:
     result = FleetResult(groups=[], status="failed")
-    for r in (HostResult(first, "deskmini", "ok", changed=41, verify=VERIFY),
-              HostResult("p2-a", "profiles/aws-p2.yaml", "failed", changed=7,
+    for r in (HostResult(first, "deskmini", "ok", changed=41, verify=VERIFY, path="full (the plan changed)"),
+              HostResult("p2-a", "profiles/aws-p2.yaml", "failed", changed=7, path="full (a package changed)",
                          step="venv | Install the requirements (pip, with the plan's pins)", message=CAUSE),
               HostResult("p2-b", "profiles/aws-p2.yaml", "unreachable",
                          message="nothing accepts SSH connections at the host's address and port (is sshd running, "
@@ -48,8 +48,8 @@ def test_the_table_fits_80_columns_with_one_line_per_host(terminal: bool) -> Non
     table = out.splitlines()[:4]  # header and three hosts
     assert all(len(line) <= 80 for line in table), "\n".join(table)
     assert table[0].split() == ["host", "profile", "result", "changed", "step", "/", "verify"]
-    # Each host is one row: its profile, result, changed count and short detail on the same line.
-    assert re.search(r"deskmini\s+ok\s+41\s+verify pass\s*$", table[1]), table[1]
+    # Each host is one row: its profile, result (with the path it took), changed count and short detail on one line.
+    assert re.search(r"deskmini\s+ok \(full\)\s+41\s+verify pass\s*$", table[1]), table[1]
     assert re.search(r"^ ?p2-a\s+profiles/aws-p2\.yaml\s+failed\s+7\s+venv \| Inst\S*…\s*$", table[2]), table[2]
     assert re.search(r"^ ?p2-b\s+profiles/aws-p2\.yaml\s+unreachable\s+0\s+unreachable\s*$", table[3]), table[3]
     assert "listed no versions" not in out  # the cause is not squeezed into the table
@@ -147,3 +147,15 @@ def test_an_apply_on_failed_hosts_only_has_nothing_to_do_when_every_host_succeed
     assert found.groups == [] and found.key == str(inv.resolve())
     again = targets(ROOT / "profiles/deskmini.yaml", inv, None, "debian-13", None, False)
     assert again.hosts == ["lab-1"] and again.where(inv) == f"1 host(s) in {inv}: lab-1"
+
+
+def test_the_path_each_host_took_is_said_under_the_table() -> None:
+    out, _ = render(terminal=False)
+    assert "gpu-workstation-01: full path: the plan changed" in out.splitlines()
+    result = fleet()
+    result.hosts["gpu-workstation-01"].path = "fast (fingerprint matches)"
+    buf = io.StringIO()
+    console = Console(file=buf, width=200, color_system=None)
+    print_apply_summary(result, check=True, out=console, err=Console(file=io.StringIO()))
+    assert "gpu-workstation-01: no change (fingerprint matches)" in buf.getvalue().splitlines()
+    assert re.search(r"gpu-workstation-01\s+deskmini\s+ok \(fast\)\s+41", buf.getvalue())

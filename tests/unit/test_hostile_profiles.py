@@ -135,11 +135,13 @@ def assert_inert(dockerfile: str, playbook: Path, baseline: list[tuple[str, str]
     assert [i for i, _ in got] == [i for i, _ in baseline], got
     assert sum(1 for i, _ in got if i == "FROM") == 2
     plays = yaml.safe_load(playbook.read_text())
-    # The preflight's play, its gate, then the plan's play: nothing else.
-    assert isinstance(plays, list) and len(plays) == 3, plays
+    # The preflight's play, its gate, then the plan's plays (the full path's and the fast path's): nothing else.
+    assert isinstance(plays, list) and len(plays) == 4, plays
     assert set(plays[0]) == {"name", "hosts", "become", "gather_subset", "vars_files", "roles"}
     assert set(plays[1]) == {"name", "hosts", "gather_facts", "tasks"}
-    assert set(plays[2]) == {"name", "hosts", "become", "gather_subset", "environment", "vars_files", "roles"}
+    assert set(plays[2]) == {"name", "hosts", "become", "gather_facts", "environment", "vars_files", "roles"}
+    assert set(plays[3]) == {"name", "hosts", "become", "gather_facts", "environment", "vars_files", "vars", "roles"}
+    assert plays[2]["hosts"] == ["all", "&provision_full"] and plays[3]["hosts"] == ["all", "&provision_fast"]
 
     class Unsafe(yaml.SafeLoader):
         pass
