@@ -87,11 +87,11 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
 
 @cache
 def roles_version() -> str:
-    """provision's version and a digest of the collection the hosts run (roles, modules, its metadata): a host whose
-    record names another took its last apply from other roles, and takes the full path (the fast re-apply)."""
+    """provision's version and a digest of what the hosts run (the collection's roles, modules and metadata, and the
+    verifier gpu_verify installs): a host whose record names another took its last apply from another provision, and
+    takes the full path (the fast re-apply)."""
     digest = hashlib.sha256()
-    for name in ("roles", "plugins", "meta"):
-        top = share_dir(name)
+    for top in (share_dir("roles"), share_dir("plugins"), share_dir("meta"), verifier_source()):
         for path in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             digest.update(str(path.relative_to(top.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
     return f"{__version__}+{digest.hexdigest()[:16]}"
@@ -318,7 +318,7 @@ def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = V
          "roles": [_role(name) for name in ROLES]},
         {"name": f"Verify {title} (fingerprint matches its last converged apply: no role has anything to do)",
          "hosts": _hosts_and(hosts, FAST_GROUP), **common,
-         "vars": {"host_record_commit": False},
+         "vars": {"host_record_fast": True},
          "roles": [_role(name) for name in FAST_ROLES]},
     ]
 

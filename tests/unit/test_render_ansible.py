@@ -92,10 +92,10 @@ def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
     # By the collection's names: the same playbook runs wherever provision.gpu is installed.
     assert [r["role"] for r in play["roles"]] == [f"provision.gpu.{r}" for r in ROLES] and play["become"] is True
     # The hosts whose fingerprint matches their last converged apply (the preflight puts them in provision_fast) run
-    # only the verifier and the record, and leave the ledger as it is; the facts come from the preflight's play.
+    # only the verifier and fetch the record, leaving the record and the ledger as they are; the facts come from the preflight's play.
     assert play["hosts"] == ["all", "&provision_full"] and fast["hosts"] == ["all", "&provision_fast"]
     assert [r["role"] for r in fast["roles"]] == ["provision.gpu.gpu_verify", "provision.gpu.host_record"]
-    assert fast["vars"] == {"host_record_commit": False}
+    assert fast["vars"] == {"host_record_fast": True}
     assert play["gather_facts"] is False and fast["gather_facts"] is False
     assert preflight["gather_subset"] == ["min", "virtual"]
     # Every host is read and refused before the first change on any (roles/preflight), under --tags too.

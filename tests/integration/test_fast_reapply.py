@@ -1,0 +1,172 @@
+"""The fast re-apply (issue 29), on one stock Debian 13 host over SSH: a converged host runs only the verifier, the
+record and the checks; anything changed by hand sends the next apply down the full path, which repairs it.
+
+Each case changes the converged host as a person could (a package removed, a wheel added or removed, a line added to
+a file provision wrote, the Jupyter unit stopped or disabled, a Debian component removed, the record naming an older
+provision, the profile changed), then applies: the summary must name the full path and why, the host must be
+repaired, and the next apply must take the fast path again. Frameworks are skipped as in test_apply.py (torch's
+2.5 GB of wheels would dominate the run and change nothing here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "pv-e2e-fast"
+PROFILE = ROOT / "profiles/deskmini.yaml"
+VENV = "/opt/provision/venv"
+RECORD = "/var/lib/provision/applied.json"
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def sh(command: str, user: str = "root") -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", "-u", user, NAME, "sh", "-c", command], capture_output=True, text=True,
+                          timeout=600)
+
+
+class Host:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def apply(self, *args: str, profile: Path = PROFILE) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "provision", "apply", str(profile), "--os", "debian-13",
+                               "--sandbox", NAME, "--yes", "--skip-frameworks", *args], capture_output=True, text=True,
+                              cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, timeout=2400)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+        return proc
+
+
+def changed(stdout: str) -> int:
+    match = re.search(r"changed=(\d+)", stdout)
+    assert match, stdout[-2000:]
+    return int(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fast")
+    h = Host(os.environ | {"PROVISION_STATE": str(tmp / "state")})
+    subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
+    first = h.apply()  # from a stock host: every role, and the fingerprint recorded at the end
+    assert f"{NAME}: full path: no converged apply is recorded on the host" in first.stdout
+    yield h
+    subprocess.run([sys.executable, "-m", "provision", "sandbox", "down", NAME], capture_output=True, cwd=ROOT,
+                   env=h.env)
+
+
+def assert_fast(proc: subprocess.CompletedProcess) -> None:
+    out = proc.stdout
+    assert f"{NAME}: fast path: fingerprint matches its last converged apply" in out, out[-3000:]
+    assert re.search(rf"{NAME}\s+\S+\s+ok \(fast\)\s+0\s", out), out[-3000:]
+    assert changed(out) == 0
+    assert "provision check passed" in out, out[-3000:]
+    assert "16 passed" in out  # the checks ran, every one of them
+
+
+def assert_full(proc: subprocess.CompletedProcess, why: str) -> None:
+    out = proc.stdout
+    assert f"{NAME}: full path: {why}" in out, out[-3000:]
+    assert "provision check passed" in out, out[-3000:]
+
+
+def test_a_converged_host_runs_only_the_verifier_the_record_and_the_checks(host):
+    proc = host.apply("--timings")
+    assert_fast(proc)
+    # No role but the verifier's and the record's ran (each step a host ran is listed as it ends).
+    assert "Run the verifier" in proc.stdout and "Fetch the record to the controller" in proc.stdout
+    for step in ("Open the ledger", "Install the venv prerequisites", "Close the ledger", "Write the record"):
+        assert step not in proc.stdout, step
+    record = json.loads(sh(f"cat {RECORD}").stdout)
+    assert record["fingerprint"]["digest"] and set(record["fingerprint"]["parts"]) >= {
+        "packages", "wheels", "files", "units", "sources", "ledger"}
+
+
+def test_check_mode_says_no_change(host):
+    proc = host.apply("--check")
+    assert f"{NAME}: no change (fingerprint matches)" in proc.stdout, proc.stdout[-3000:]
+    assert changed(proc.stdout) == 0
+
+
+def test_full_runs_every_role(host):
+    proc = host.apply("--full", "--timings")
+    assert_full(proc, "--full asked for it")
+    assert changed(proc.stdout) == 0
+    assert "Open the ledger" in proc.stdout
+    assert_fast(host.apply())
+
+
+# (what a person changes, the words the summary gives, how to see the host repaired; None: nothing to repair)
+CASES = {
+    "package-removed": (
+        "apt-get remove -y -qq nvidia-smi",
+        "a package changed",
+        ("dpkg-query -W -f '${db:Status-Abbrev}' nvidia-smi", "ii")),
+    "wheel-removed": (
+        f"sudo -u ml {VENV}/bin/python -m pip uninstall -y -q numpy",
+        "the environment's distributions changed",
+        (f"sudo -u ml {VENV}/bin/python -c 'import numpy; print(numpy.__version__)'", "2.2.6")),
+    "wheel-added": (
+        # A distribution installed by hand (its metadata is what pip and importlib read): not provision's, it stays.
+        f"sudo -u ml sh -c 'd=$({VENV}/bin/python -c \"import sysconfig; print(sysconfig.get_paths()[\\\"purelib\\\"])\")"
+        "/handmade-1.0.dist-info && mkdir -p $d && printf \"Metadata-Version: 2.1\\nName: handmade\\nVersion: 1.0\\n\""
+        " > $d/METADATA'",
+        "the environment's distributions changed",
+        (f"sudo -u ml {VENV}/bin/python -c 'import importlib.metadata as m; print(m.version(\"handmade\"))'", "1.0")),
+    "line-added-to-a-file": (
+        "echo 'export CUDA_HOME=/somewhere/else' >> /etc/profile.d/provision-cuda.sh",
+        "a file provision wrote changed",
+        ("grep -c somewhere /etc/profile.d/provision-cuda.sh || true", "0")),
+    "jupyter-stopped": (
+        "systemctl stop provision-jupyter",
+        "a unit changed (stopped, disabled or removed)",
+        ("systemctl is-active provision-jupyter", "active")),
+    "jupyter-disabled": (
+        "systemctl disable -q provision-jupyter",
+        "a unit changed (stopped, disabled or removed)",
+        ("systemctl is-enabled provision-jupyter", "enabled")),
+    "component-removed": (
+        "sed -i 's/^Components: main contrib non-free non-free-firmware$/Components: main contrib non-free-firmware/' "
+        "/etc/apt/sources.list.d/debian.sources && ! grep -q ' non-free ' /etc/apt/sources.list.d/debian.sources",
+        "apt's sources, pins or keyrings changed",
+        ("grep -c '^Components: main contrib non-free non-free-firmware$' /etc/apt/sources.list.d/debian.sources",
+         "2")),
+    "provision-upgraded": (
+        # The record as an older provision left it: its roles' version differs from this one's.
+        f"python3 -c \"import json; p='{RECORD}'; r=json.load(open(p)); r['fingerprint']['key']['roles']='0.0.9+older'; "
+        "json.dump(r, open(p, 'w'))\"",
+        "provision's roles changed (another version of provision)",
+        None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_change_by_hand_takes_the_full_path_and_is_repaired(host, case):
+    change, why, repaired = CASES[case]
+    done = sh(change)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_full(host.apply(), why)
+    if repaired is not None:
+        command, expected = repaired
+        got = sh(command)
+        assert got.stdout.strip() == expected, f"{case}: not repaired: {command} said {got.stdout!r} {got.stderr[-300:]}"
+    assert_fast(host.apply())
+
+
+def test_a_changed_profile_takes_the_full_path(host, tmp_path):
+    other = tmp_path / "deskmini-8890.yaml"
+    other.write_text(PROFILE.read_text().replace("port: 8888", "port: 8890"))
+    assert "port: 8890" in other.read_text()
+    proc = host.apply(profile=other)
+    assert_full(proc, "the plan changed")
+    listening = sh("python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8890), 5); print('open')\"")
+    assert listening.stdout.strip() == "open", listening.stderr
+    assert_fast(host.apply(profile=other))

@@ -1,0 +1,106 @@
+"""provision_facts' fingerprint (the fast re-apply, issue 29), run for real as Ansible runs it, against this machine's
+dpkg database and files made here: the same state gives the same digest, and each kind of change names its part.
+
+The whole path (a converged sandbox over SSH, each change by hand sending the next apply down the full path) is
+tests/integration/test_fast_reapply.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_facts.py"
+IS_ROOT = os.geteuid() == 0
+
+
+def fingerprint(tmp_path: Path, **params) -> dict:
+    argfile = tmp_path / "args.json"
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"fingerprint": params}}))
+    proc = subprocess.run([sys.executable, str(MODULE), str(argfile)], capture_output=True, text=True, check=False,
+                          cwd=tmp_path)
+    result = json.loads(proc.stdout)
+    assert not result.get("failed"), result
+    return result["fingerprint"]
+
+
+@pytest.fixture
+def owned(tmp_path: Path) -> dict:
+    """A tree as provision writes one (a root-owned config file, a directory), a skipped subtree, and a record."""
+    tree = tmp_path / "etc-provision"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "cuda.env").write_text("CUDA_HOME=/opt/cuda\n")
+    (tree / "skipped").mkdir()
+    (tree / "skipped" / "report.json").write_text("{}")
+    return {"files": [str(tree)], "skip": [str(tree / "skipped")], "packages": ["dpkg", "no-such-package-here"],
+            "key": {"vars": "a", "roles": "1"}, "record": str(tmp_path / "applied.json")}
+
+
+def record(tmp_path: Path, found: dict) -> None:
+    path = tmp_path / "applied.json"
+    path.write_text(json.dumps({"digest": "plan", "fingerprint": {k: found[k] for k in ("digest", "parts", "key")}}))
+    path.chmod(0o644)
+
+
+def test_the_same_state_gives_the_same_digest_and_matches_its_record(tmp_path, owned):
+    first = fingerprint(tmp_path, **owned)
+    assert first["error"] is None and first["digest"]
+    assert first["differs"] == ["record"] and first["matches"] is False  # nothing recorded yet
+    record(tmp_path, first)
+    again = fingerprint(tmp_path, **owned)
+    assert again["digest"] == first["digest"]
+    assert again["matches"] is True and again["differs"] == []
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a root-owned file counts by its content; this runs as another account")
+def test_a_line_added_to_a_file_changes_the_files_part_even_with_its_time_kept(tmp_path, owned):
+    record(tmp_path, fingerprint(tmp_path, **owned))
+    env = Path(owned["files"][0]) / "cuda.env"
+    stat = env.stat()
+    env.write_text("CUDA_HOME=/opt/cudb\n")  # same size
+    os.utime(env, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    found = fingerprint(tmp_path, **owned)
+    assert found["matches"] is False and found["differs"] == ["files"]
+
+
+def test_what_is_skipped_does_not_count_and_a_new_file_does(tmp_path, owned):
+    record(tmp_path, fingerprint(tmp_path, **owned))
+    (Path(owned["skip"][0]) / "report.json").write_text('{"run": 2}')
+    assert fingerprint(tmp_path, **owned)["matches"] is True
+    (Path(owned["files"][0]) / "sub" / "new.conf").write_text("x\n")
+    assert fingerprint(tmp_path, **owned)["differs"] == ["files"]
+
+
+def test_the_plan_and_the_roles_are_part_of_the_key(tmp_path, owned):
+    record(tmp_path, fingerprint(tmp_path, **owned))
+    assert fingerprint(tmp_path, **(owned | {"key": {"vars": "b", "roles": "1"}}))["differs"] == ["key:vars"]
+    assert fingerprint(tmp_path, **(owned | {"key": {"vars": "a", "roles": "2"}}))["differs"] == ["key:roles"]
+
+
+def test_a_package_asked_for_counts_by_its_dpkg_status(tmp_path, owned):
+    record(tmp_path, fingerprint(tmp_path, **owned))
+    # Another set of packages is another reading of dpkg: the packages part differs, nothing else.
+    assert fingerprint(tmp_path, **(owned | {"packages": ["dpkg"]}))["differs"] == ["packages"]
+
+
+def test_a_record_anyone_but_root_could_write_is_not_trusted(tmp_path, owned):
+    record(tmp_path, fingerprint(tmp_path, **owned))
+    (tmp_path / "applied.json").chmod(0o666)
+    found = fingerprint(tmp_path, **owned)
+    assert found["matches"] is False and found["differs"] == ["record"]
+
+
+def test_an_environment_that_cannot_be_read_never_matches(tmp_path, owned):
+    record(tmp_path, fingerprint(tmp_path, **owned))
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 3\n")
+    (venv / "bin" / "python").chmod(0o755)
+    owner = "nobody" if IS_ROOT else None
+    found = fingerprint(tmp_path, **(owned | {"venv": {"path": str(venv), "owner": owner}}))
+    assert found["matches"] is False and found["error"] and "unreadable" in found["differs"]
