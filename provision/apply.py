@@ -8,6 +8,7 @@ apply says (`ready_blocks`), and the exit code (provision.errors' EXIT_* constan
 from __future__ import annotations
 
 import shlex
+import threading
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -186,6 +187,29 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
         inventory = sandbox.inventory([found.sandbox])
     sandboxes = [found.sandbox] if found.sandbox else [
         h for g in found.groups for h in g.hosts if g.hostvars.get(h, {}).get("provision_sandbox")]
+    checking = not (no_check or check or tags)
+    # On the fast path nothing changes on a host after the preflight's read: its checks need not wait for the verifier
+    # and the record. When every host of the run has said it takes the fast path, they start beside the playbook.
+    early: dict[str, Any] = {}
+    said: dict[str, str] = {}
+
+    def run_checks() -> None:
+        started = time.monotonic()
+        try:
+            early["codes"] = check_hosts(found.groups, inventory, found.hosts, skip_frameworks=skip_frameworks,
+                                         echo=early.setdefault("lines", []).append, become_password=become_password,
+                                         vault_password_file=vault_password_file)
+        except BaseException as exc:  # reported after the playbook, as a check that runs after it would be
+            early["error"] = exc
+        early["seconds"] = time.monotonic() - started
+
+    def on_path(host: str, path: str) -> None:
+        said[host] = path
+        if checking and "thread" not in early and set(said) >= set(found.hosts) and all(
+                p.startswith("fast") for p in said.values()):
+            early["thread"] = threading.Thread(target=run_checks, name="provision-early-checks", daemon=True)
+            early["thread"].start()
+
     with display.phase("starting ansible-playbook") as activity:
 
         def on_start(task: str) -> None:
@@ -200,7 +224,7 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
 
         fleet = apply_groups(found.groups, inventory, found.key, check=check, diff=diff, tags=tags,
                              skip_frameworks=skip_frameworks, on_task=display.task, on_start=on_start,
-                             sandboxes=sandboxes, become_password=become_password,
+                             on_path=on_path, sandboxes=sandboxes, become_password=become_password,
                              vault_password_file=vault_password_file, full=full)
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)
@@ -208,16 +232,26 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
     if fleet.exit_code != EXIT_OK:
         outcome.codes, outcome.exit_code = {}, fleet.exit_code
         return outcome
-    if no_check or check or tags:
+    if not checking:
         if tags and not (no_check or check):
             outcome.check_skipped = "--tags applied part of the plan"
         return outcome
     started = time.monotonic()
     with display.phase(f"provision check on {len(found.hosts)} host(s)"):
-        codes = check_hosts(found.groups, inventory, found.hosts, skip_frameworks=skip_frameworks,
-                            echo=display.check_line, become_password=become_password,
-                            vault_password_file=vault_password_file)
+        if "thread" in early:
+            early["thread"].join()
+            if "error" in early:
+                raise early["error"]
+            for line in early.get("lines", []):
+                display.check_line(line)
+            codes = early["codes"]
+        else:
+            codes = check_hosts(found.groups, inventory, found.hosts, skip_frameworks=skip_frameworks,
+                                echo=display.check_line, become_password=become_password,
+                                vault_password_file=vault_password_file)
     took["checks"] = time.monotonic() - started
+    if "seconds" in early:
+        took["checks (beside the playbook)"] = early["seconds"]
     outcome.codes, outcome.exit_code = codes, checks_exit_code(codes)
     if outcome.exit_code == EXIT_FAILED:
         bad = ", ".join(h for h, c in sorted(codes.items()) if c)

@@ -255,6 +255,7 @@ def apply_groups(
     skip_frameworks: bool = False,
     on_task: Callable[[str, str, str, str], None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    on_path: Callable[[str, str], None] | None = None,
     keep_dir: Path | None = None,
     sandboxes: list[str] | None = None,
     become_password: str | None = None,
@@ -294,6 +295,7 @@ def apply_groups(
                 inv_path = inventory if isinstance(inventory, Path) else files["inventory"]
                 run = run_playbook(work, inv_path, limit=",".join(sorted(targets)), check=check, diff=diff,
                                    tags=tags, forks=forks_for(len(targets)), on_task=on_task, on_start=on_start,
+                                   on_path=on_path,
                                    become_password=become_password, vault_password_file=vault_password_file)
             except KeyboardInterrupt:
                 if not check:

@@ -110,7 +110,8 @@ options:
       - C(ledger) (the host's ledger; its packages, the packages it found and its accounts and units join those
         below), C(packages) (Debian packages whose dpkg status and version count), C(files) (paths; a directory
         counts with everything under it, links not followed), C(skip) (paths under those left out, such as the
-        environment and the verifier's reports; each still counts by its type, owner and mode), C(units),
+        environment and the verifier's reports, which count by their owner and mode only, or the record, which
+        does not count), C(units),
         C(accounts), C(venv) (C(path), C(owner), C(checksums) as in O(venv); its distributions and those files count,
         read as the account).
       - apt's sources, preferences and keyrings, C(/etc/os-release) and the running kernel always count.
@@ -1059,8 +1060,8 @@ def entry_state(path: str, st: os.stat_result) -> list:
 
 
 def walk_state(paths: list[str], skip: list[str]) -> dict[str, list]:
-    """Every entry under `paths` (links listed, never followed), each with entry_state; a path in `skip` counts by
-    its type, owner and mode only, and nothing under it is read."""
+    """Every entry under `paths` (links listed, never followed), each with entry_state; a directory in `skip` counts
+    by its owner and mode only and nothing under it is read, a file in `skip` does not count."""
     skipped = {os.path.normpath(p) for p in skip}
     found: dict[str, list] = {}
 
@@ -1071,7 +1072,10 @@ def walk_state(paths: list[str], skip: list[str]) -> dict[str, list]:
             found[path] = ["absent"]
             return False
         if path in skipped:
-            found[path] = ["skipped", stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid]
+            # A skipped directory (the environment, the reports) counts by its owner and mode; a skipped file (the
+            # record, the ledger: written after the fingerprint is read) not at all, not even by being there.
+            if stat.S_ISDIR(st.st_mode):
+                found[path] = ["skipped", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid]
             return False
         found[path] = entry_state(path, st)
         if len(found) > MAX_FINGERPRINT_ENTRIES:

@@ -26,7 +26,7 @@ DISTRIBUTIONS = (
 )
 
 
-def run(argv, timeout=60):
+def run(argv: list, timeout: int = 60) -> dict:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                               env={"PATH": PATH, "LANG": "C.UTF-8"}, cwd="/")
@@ -35,13 +35,13 @@ def run(argv, timeout=60):
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-2000:]}
 
 
-def as_user(user, argv):
+def as_user(user: str, argv: list) -> list:
     return argv if user == "root" else ["sudo", "-n", "-u", user, *argv]
 
 
-def main(args):
+def main(args: dict) -> int:
     user, venv = args["user"], args["venv"]
-    out = {}
+    out: dict = {}
     packages = args.get("packages") or []
     out["packages"] = dict.fromkeys(packages)
     if packages:

@@ -439,11 +439,14 @@ def run_playbook(
     forks: int | None = None,
     on_task: Callable[[str, str, str, str], None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    on_path: Callable[[str, str], None] | None = None,
     become_password: str | None = None,
     vault_password_file: str | Path | None = None,
 ) -> RunResult:
     """Run project_dir/site.yml against inventory; call on_task(host, task, state, msg) for each task result
-    and on_start(task) when a task starts (the CLI shows it while it runs: apt and pip tasks take minutes)."""
+    and on_start(task) when a task starts (the CLI shows it while it runs: apt and pip tasks take minutes);
+    on_path(host, path) when the preflight says which path a host takes (provision.apply starts the checks early
+    when every host takes the fast one)."""
     try:  # here, not at the top: a missing ansible-runner is this one line (exit 3), not an import traceback
         import ansible_runner
     except ImportError:
@@ -474,6 +477,8 @@ def run_playbook(
         took = path_line(event)
         if took is not None:
             paths[took[0]] = took[1]
+            if on_path:
+                on_path(*took)
         line = task_line(event)
         if line is not None:
             host, task, state, msg = line

@@ -37,7 +37,8 @@ def owned(tmp_path: Path) -> dict:
     (tree / "cuda.env").write_text("CUDA_HOME=/opt/cuda\n")
     (tree / "skipped").mkdir()
     (tree / "skipped" / "report.json").write_text("{}")
-    return {"files": [str(tree)], "skip": [str(tree / "skipped")], "packages": ["dpkg", "no-such-package-here"],
+    return {"files": [str(tree)], "skip": [str(tree / "skipped"), str(tree / "record.json")],
+            "packages": ["dpkg", "no-such-package-here"],
             "key": {"vars": "a", "roles": "1"}, "record": str(tmp_path / "applied.json")}
 
 
@@ -71,7 +72,13 @@ def test_a_line_added_to_a_file_changes_the_files_part_even_with_its_time_kept(t
 def test_what_is_skipped_does_not_count_and_a_new_file_does(tmp_path, owned):
     record(tmp_path, fingerprint(tmp_path, **owned))
     (Path(owned["skip"][0]) / "report.json").write_text('{"run": 2}')
+    # A skipped file (the record, written after the fingerprint is read on the first apply) counts not even by being
+    # there.
+    Path(owned["skip"][1]).write_text("{}")
     assert fingerprint(tmp_path, **owned)["matches"] is True
+    Path(owned["skip"][0]).chmod(0o700)  # a skipped directory counts by its owner and mode
+    assert fingerprint(tmp_path, **owned)["differs"] == ["files"]
+    Path(owned["skip"][0]).chmod(0o755)
     (Path(owned["files"][0]) / "sub" / "new.conf").write_text("x\n")
     assert fingerprint(tmp_path, **owned)["differs"] == ["files"]
 
