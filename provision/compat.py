@@ -316,6 +316,9 @@ class Policy(BaseModel):
     cuda_sources: dict[str, tuple[str, ...]]
     cudnn_sources: tuple[str, ...]
     prefer_native_cuda: bool
+    # Within one framework release, a build PyPI serves (torch's plain `pip install torch==X`) wins over the same
+    # release's builds from another index whenever it fits, however new their CUDA.
+    prefer_pypi_builds: bool
     fp16_slow_ratio: float
     cuda_home: dict[str, str]
     venv: str

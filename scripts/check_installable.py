@@ -83,6 +83,11 @@ def plan_sets(only: list[str] | None = None, data: Path | None = None) -> list[C
         ("h100+pytorch-2.2", h100, {"frameworks": [{"name": "pytorch", "version": "2.2"}]}),
         ("h100+pytorch-2.10", h100, {"frameworks": [{"name": "pytorch", "version": "2.10"}]}),
         ("h100+pytorch-2.12", h100, {"frameworks": [{"name": "pytorch", "version": "2.12"}]}),
+        # A CUDA pin plans a release's index variant (prefer_pypi_builds yields to it): the PyPI part of the set (the
+        # variant's cuDNN wheel, the CUDA wheels, numpy) must install together; the torch wheel itself is the index's.
+        ("h100+pytorch-2.10+cuda-13.0", h100, {"frameworks": [{"name": "pytorch", "version": "2.10.0"}], "cuda": "13.0"}),
+        ("h100+pytorch-2.14.1+cuda-13.2@ubuntu-24.04", h100,
+         {"frameworks": [{"name": "pytorch", "version": "2.14.1"}], "cuda": "13.2", "_os": "ubuntu-24.04"}),
         # JAX: the CUDA 13 plugin on Python 3.12, the CUDA 12 one on Python 3.10 (the plugins' requirements are
         # ranges: the plan's CUDA and cuDNN pins must sit inside them).
         ("h100+jax@ubuntu-24.04", h100, {"frameworks": [{"name": "jax"}], "_os": "ubuntu-24.04"}),
@@ -99,6 +104,8 @@ def plan_sets(only: list[str] | None = None, data: Path | None = None) -> list[C
             data = prof.model_dump()
             if "frameworks" in change:
                 data["software"]["frameworks"] = change["frameworks"]
+            if "cuda" in change:
+                data["software"]["cuda"] = change["cuda"]
             if "_gpu" in change:
                 data["hardware"]["gpu"]["model"] = change["_gpu"]
             if "_arch" in change:

@@ -252,6 +252,17 @@ def framework_plan(ctx: Ctx, fw: Fw) -> FrameworkPlan:
     rejected = list(dict.fromkeys(near[:1] + [p for _, p in problems[:1]]))
     if rejected:
         why += "; passed over: " + "; ".join(rejected)
+    # Same release, other index: builds that fit as well and lost only to the policy's preference for PyPI's build.
+    policy = ctx.db.policy
+    if policy is not None and policy.prefer_pypi_builds and fw.index == "pypi":
+        also = [c for c, p in ranked if p is None and c.version == fw.version and c.index != "pypi"]
+        if also:
+            variants = sorted({c.variant or "" for c in also}, key=lambda v: (len(v), v))
+            why += (
+                f"; the release's {', '.join(variants)} build{'s' if len(variants) > 1 else ''} from the "
+                f"{' and '.join(sorted({c.index for c in also}))} index would fit too, but PyPI's own build of a "
+                f"release is preferred (policy prefer_pypi_builds)"
+            )
     if fw.index_url:
         why += f"; the plain PyPI wheel is a different CUDA build, so the index {fw.index_url} is required"
     ctx.reason(f"framework:{fw.name}", f"{fw.requirement} from {where}", why, fw.source)

@@ -97,10 +97,12 @@ def resolve_installable(ctx: Ctx) -> LanePlans:
         raise _refuse_stack(ctx, drivers, cudas, fw_cands)
 
     prefer_native = db.policy.prefer_native_cuda and not sw.frameworks
+    prefer_pypi = db.policy.prefer_pypi_builds
 
     def rank(s: _Stack) -> tuple:
         return (
             tuple(V(f.version) for f in s.fws),
+            tuple(f.index == "pypi" for f in s.fws) if prefer_pypi else (),
             (s.compat == "native") if prefer_native else True,
             V(s.cuda),
             V(s.cudnn) if s.cudnn else V("0"),

@@ -67,13 +67,93 @@ def test_matrix_rows_do_not_claim_to_be_read_from_a_wheel():
             assert r.arch_from is None, f"torch {r.version}+{r.variant}"
 
 
-def _profile(tmp_path: Path, *, gpu: str, os: tuple[str, str], frameworks: list[dict], cpu_flags: list[str]) -> Path:
+# PyTorch's release matrix (pytorch/pytorch RELEASE.md, "Release Compatibility Matrix": the stable and experimental
+# CUDA builds of each minor release, read 2026-11-26 up to 2.14). 2.15: PyPI's build only, pytorch.yaml says why.
+# Every release on PyPI has one row per variant of its minor release: a missing (or invented) row fails by name.
+MATRIX_VARIANTS = {
+    "2.0": {"cu117", "cu118"},
+    "2.1": {"cu118", "cu121"},
+    "2.2": {"cu118", "cu121"},
+    "2.3": {"cu118", "cu121"},
+    "2.4": {"cu118", "cu121", "cu124"},
+    "2.5": {"cu118", "cu121", "cu124"},
+    "2.6": {"cu118", "cu124", "cu126"},
+    "2.7": {"cu118", "cu126", "cu128"},
+    "2.8": {"cu126", "cu128", "cu129"},
+    "2.9": {"cu126", "cu128", "cu130"},
+    "2.10": {"cu126", "cu128", "cu130"},
+    "2.11": {"cu126", "cu128", "cu130"},
+    "2.12": {"cu126", "cu130", "cu132"},
+    "2.13": {"cu126", "cu130", "cu132"},
+    "2.14": {"cu126", "cu130", "cu132"},
+    "2.15": {"cu132"},
+}
+
+
+@pytest.mark.parametrize("version", DB.torch_releases.versions if DB.torch_releases else [])
+def test_every_torch_release_has_a_row_for_each_variant_of_pytorchs_matrix(version):
+    minor = ".".join(version.split(".")[:2])
+    assert minor in MATRIX_VARIANTS, f"torch {version}: a minor release this test's matrix does not list yet"
+    have = {r.variant for r in DB.torch if r.version == version}
+    assert have == MATRIX_VARIANTS[minor], (
+        f"torch {version}: rows for {sorted(have, key=len)}, the matrix lists {sorted(MATRIX_VARIANTS[minor], key=len)}"
+    )
+
+
+@pytest.mark.parametrize("row", DB.torch, ids=lambda r: f"{r.version}+{r.variant}")
+def test_each_torch_variant_has_its_architectures_pythons_and_a_cudnn_pin_the_plan_can_install(row):
+    assert row.arch and list(row.arch) == sorted(set(row.arch), key=V), "arch: a sorted list without repeats"
+    assert V("3.8") <= V(row.python_min) <= V(row.python_max)
+    # "Pythons as the PyPI wheels": every variant of a release has the range of the release's PyPI wheels
+    pypi = next(r for r in DB.torch if r.version == row.version and r.pypi_default)
+    assert (row.python_min, row.python_max) == (pypi.python_min, pypi.python_max)
+    cudnn = DB.cudnn_release(row.cudnn)
+    assert cudnn is not None, f"cuDNN {row.cudnn} is not in cudnn.yaml"
+    assert V(cudnn.cuda_min) <= V(row.cuda) <= V(cudnn.cuda_max), f"cuDNN {row.cudnn} is not made for CUDA {row.cuda}"
+    # the plan pins the cuDNN the wheels bring: NVIDIA's wheel of it for the variant's CUDA major must be in pypi.yaml
+    assert any(p.cudnn == row.cudnn and p.cuda_major == int(row.cuda.split(".")[0]) for p in DB.pypi_cudnn)
+    # pins replace the plan's own NVIDIA wheels of the variant's CUDA (pypi.yaml): each names one of them
+    wheels = next((p for p in DB.pypi_cuda if p.cuda == row.cuda), None)
+    names = {r.split("==")[0] for r in (wheels.cublas, wheels.runtime, wheels.nvrtc, wheels.nvcc) if r} if wheels else set()
+    assert {p.split("==")[0] for p in row.pins} <= names, f"pins {row.pins} name no wheel of pypi.yaml's CUDA {row.cuda}"
+    assert row.confidence in {"verified", "matrix", "uncertain"}, "confidence says where arch, CUDA and cuDNN came from"
+    assert row.source.startswith("https://") and row.checked
+    if row.confidence == "verified":
+        assert row.pypi_default and row.arch_from, "only a PyPI build read from its wheel is verified"
+
+
+@pytest.mark.parametrize("pin", ["2.9.1", "2.10.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"])
+def test_pypi_build_stays_the_plan_and_the_release_s_newest_cuda_variant_serves_a_cuda_pin(tmp_path, pin):
+    # An H100 on Ubuntu 24.04 (R595) runs every variant of these releases: PyPI's build is planned (policy
+    # prefer_pypi_builds), not the variant with the newest CUDA; pinning that CUDA plans the variant with its cuDNN.
+    fws = [{"name": "pytorch", "version": pin}]
+    plan = plan_for(_profile(tmp_path, gpu="H100 SXM5 80GB", os=("ubuntu", "24.04"), frameworks=fws, cpu_flags=AVX2))
+    fw = plan.framework("pytorch")
+    pypi = next(r for r in DB.torch if r.version == pin and r.pypi_default)
+    assert (fw.version, fw.variant, fw.index_url, fw.requirements) == (pin, pypi.variant, None, (f"torch=={pin}",))
+    newest = max((r for r in DB.torch if r.version == pin), key=lambda r: V(r.cuda))
+    assert not newest.pypi_default
+    plan = plan_for(_profile(tmp_path, gpu="H100 SXM5 80GB", os=("ubuntu", "24.04"), frameworks=fws, cpu_flags=AVX2,
+                             cuda=newest.cuda))
+    fw = plan.framework("pytorch")
+    assert (fw.variant, fw.requirements) == (newest.variant, (f"torch=={pin}+{newest.variant}",))
+    assert fw.index_url and fw.index_url.endswith("/" + newest.variant)
+    wheel = next(p.requirement for p in DB.pypi_cudnn if p.cudnn == newest.cudnn and p.cuda_major == 13)
+    assert plan.cudnn.version == newest.cudnn and wheel in plan.cudnn.packages
+    # the variant's pins replace pypi.yaml's patch of the same wheels in what pip installs next to it
+    assert set(newest.pins) <= set(plan.pip_requirements(frameworks=False)), (newest.pins, plan.pip_requirements())
+
+
+def _profile(tmp_path: Path, *, gpu: str, os: tuple[str, str], frameworks: list[dict], cpu_flags: list[str],
+             cuda: str | None = None) -> Path:
     base = yaml.safe_load((share_dir("profiles") / "deskmini.yaml").read_text())
     base["name"] = "pin-" + gpu.replace(" ", "-").lower()
     base["hardware"]["gpu"] = {"model": gpu, "count": 1}
     base["hardware"]["cpu"]["flags"] = cpu_flags
     base["target"]["os"] = {"distribution": os[0], "release": os[1]}
     base["software"]["frameworks"] = frameworks
+    if cuda:
+        base["software"]["cuda"] = cuda
     path = tmp_path / f"{base['name']}.yaml"
     path.write_text(yaml.safe_dump(base))
     return path

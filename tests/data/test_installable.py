@@ -23,7 +23,8 @@ SETS = check_installable.plan_sets()
 
 # heavy: 10-15 minutes of pip resolving every plan against PyPI (2026-11-23: 11 sets, 602 s; 16 sets since the
 # TensorFlow 2.15-2.19 and ubuntu-24.04 variants; 25 with issue 31's TensorFlow 2.10-2.13, torch 2.2/2.10/2.12, JAX
-# and JetPack 5 Jupyter sets), which would take the default test command past its 50-minute
+# and JetPack 5 Jupyter sets; 27 with the CUDA-pinned torch index variants), which would take the default test
+# command past its 50-minute
 # budget; run with PROVISION_HEAVY=1 (results in the issue notes).
 @pytest.mark.slow
 @pytest.mark.heavy

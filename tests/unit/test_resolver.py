@@ -103,6 +103,47 @@ def test_default_pypi_build_without_kernels_for_the_gpu_is_passed_over_with_the_
     assert "cu130" in why and "none that runs on sm_61" in why
 
 
+# --- prefer_pypi_builds: within a release, PyPI's build wins whenever it fits -------------------------------------
+# Fixture: torch 2.8.0 has a PyPI build (cu126) and an index build (cu130); both carry sm_75, the Turing Card's.
+# R580 on debian-13 runs CUDA 13.0 natively, so both stacks hold and only the policy decides.
+
+
+def _fw(plan):
+    fw = plan.frameworks[0]
+    return fw.version, fw.variant, fw.index_url, fw.requirements
+
+
+def test_pypi_build_of_a_release_wins_over_its_index_variants_when_it_fits():
+    plan = resolve(profile("Turing Card", "debian-13", frameworks=[{"name": "pytorch", "version": "2.8.0"}]), DB)
+    assert _fw(plan) == ("2.8.0", "cu126", None, ("torch==2.8.0",))
+    assert plan.cuda.version == "12.6" and plan.cudnn.version == "9.10.2"
+    why = next(r.why for r in plan.reasons if r.component == "framework:pytorch")
+    assert "the release's cu130 build from the pytorch index would fit too" in why and "prefer_pypi_builds" in why
+
+
+def test_without_the_policy_the_newest_cuda_of_the_release_wins():
+    # The same machine with the policy off: the index's cu130 (the newer CUDA) wins, so the rule above is the policy's.
+    db = DB.model_copy(update={"policy": DB.policy.model_copy(update={"prefer_pypi_builds": False})})
+    plan = resolve(profile("Turing Card", "debian-13", frameworks=[{"name": "pytorch", "version": "2.8.0"}]), db)
+    assert _fw(plan) == ("2.8.0", "cu130", "https://download.pytorch.org/whl/cu130", ("torch==2.8.0+cu130",))
+    why = next(r.why for r in plan.reasons if r.component == "framework:pytorch")
+    assert "prefer_pypi_builds" not in why
+
+
+def test_a_cuda_pin_takes_the_index_variant_over_the_pypi_build():
+    plan = resolve(profile("Turing Card", "debian-13", cuda="13.0",
+                           frameworks=[{"name": "pytorch", "version": "2.8.0"}]), DB)
+    assert _fw(plan) == ("2.8.0", "cu130", "https://download.pytorch.org/whl/cu130", ("torch==2.8.0+cu130",))
+    assert plan.cudnn.version == "9.20.0"
+
+
+def test_the_index_variant_when_the_driver_cannot_run_the_pypi_builds_cuda():
+    # debian-12 offers R535 (CUDA 12.2): 2.9.0's PyPI build (cu130) cannot run there, its cu126 build can (minor-
+    # version compatibility), and a newer release from the index still beats an older one from PyPI (2.8.0's cu126).
+    plan = resolve(profile("Turing Card", "debian-12", frameworks=[{"name": "pytorch"}]), DB)
+    assert _fw(plan) == ("2.9.0", "cu126", "https://download.pytorch.org/whl/cu126", ("torch==2.9.0+cu126",))
+
+
 def test_kepler_gets_the_newest_build_with_sm37_and_a_kepler_cudnn():
     plan = resolve(profile("Kepler Card", frameworks=[{"name": "pytorch"}]), DB)
     fw = plan.frameworks[0]
