@@ -141,8 +141,8 @@ CASES = {
         "sed -i 's/^Components: main contrib non-free non-free-firmware$/Components: main contrib non-free-firmware/' "
         "/etc/apt/sources.list.d/debian.sources && ! grep -q ' non-free ' /etc/apt/sources.list.d/debian.sources",
         "apt's sources, pins or keyrings changed",
-        ("grep -c '^Components: main contrib non-free non-free-firmware$' /etc/apt/sources.list.d/debian.sources",
-         "2")),
+        # Added back to each entry (at the end of its Components line, as the module adds).
+        ("grep -cE '^Components:.* non-free( |$)' /etc/apt/sources.list.d/debian.sources", "2")),
     "provision-upgraded": (
         # The record as an older provision left it: its roles' version differs from this one's.
         f"python3 -c \"import json; p='{RECORD}'; r=json.load(open(p)); r['fingerprint']['key']['roles']='0.0.9+older'; "
