@@ -7,9 +7,11 @@ Measured on the same converged sandboxes, in the same minutes, alternating:
 
 - bare_ssh:      that bare play with Ansible's own linear strategy, ssh with pipelining (a fresh connection per run);
 - bare_mitogen:  the same play with Mitogen's free strategy (provision's default);
-- fast:          `provision apply` on the converged hosts, checks included (each host takes the fast path);
+- fast:          `provision apply` on the converged hosts, checks included (each host takes the fast path; Mitogen,
+                 provision's default);
 - fast_ssh:      the same with PROVISION_ANSIBLE_STRATEGY=linear (ssh with pipelining instead of Mitogen);
 - full:          `provision apply --full` (every role on every host, checks included).
+- full_ssh:      the same with PROVISION_ANSIBLE_STRATEGY=linear.
 
 Each run's wall time and the controller's CPU-seconds (this process's children: provision, ansible, ssh, pytest)
 are written to docs/bench/fast_reapply-<hosts>.json with the medians and the ratios to bare_ssh.
@@ -45,13 +47,14 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run(args: list[str], env: dict, *, expect: str | None = None) -> tuple[float, float]:
-    """(wall seconds, controller CPU-seconds) of one command; exits on failure, or when `expect` is not in its
-    output (the path the hosts must have taken)."""
+def run(args: list[str], env: dict, *, expect: str | None = None, hosts: int = 1) -> tuple[float, float]:
+    """(wall seconds, controller CPU-seconds) of one command; exits on failure, or when not every one of `hosts`
+    says `expect` in its output (the path each host must have taken)."""
     cpu, start = children_cpu(), time.perf_counter()
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
     took, used = time.perf_counter() - start, children_cpu() - cpu
-    if proc.returncode != 0 or (expect is not None and expect not in proc.stdout):
+    said = sum(1 for line in proc.stdout.splitlines() if expect and f": {expect}" in line)
+    if proc.returncode != 0 or (expect is not None and said != hosts):
         sys.exit(f"{' '.join(args[:8])}... failed ({proc.returncode}, expected {expect!r}):\n"
                  f"{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
     return took, used
@@ -79,6 +82,7 @@ def main() -> None:
         "fast": (apply, env, "fast path"),
         "fast_ssh": (apply, env | {"PROVISION_ANSIBLE_STRATEGY": "linear"}, "fast path"),
         "full": ([*apply, "--full"], env, "full path"),
+        "full_ssh": ([*apply, "--full"], env | {"PROVISION_ANSIBLE_STRATEGY": "linear"}, "full path"),
     }
     wall: dict[str, list[float]] = {part: [] for part in parts}
     cpu: dict[str, list[float]] = {part: [] for part in parts}
@@ -93,7 +97,8 @@ def main() -> None:
             for part, (argv, part_env, expect) in parts.items():
                 # A fresh SSH control directory per run: each run connects, as a new `provision apply` does.
                 control = Path(tempfile.mkdtemp(prefix="cp-", dir="/tmp"))
-                took, used = run(argv, part_env | {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(control)}, expect=expect)
+                took, used = run(argv, part_env | {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(control)}, expect=expect,
+                                 hosts=args.hosts)
                 wall[part].append(took)
                 cpu[part].append(used)
             print(f"run {i + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in wall.items()), flush=True)

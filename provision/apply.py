@@ -168,6 +168,8 @@ class ApplyOutcome:
     check_skipped: str = ""  # why provision check did not run after a playbook that succeeded, when not asked
     exit_code: int = EXIT_OK
     error: ProvisionError | None = None  # to report as the last line (a red check)
+    # Jupyter tokens read beside a fast-path playbook (host -> token), for ready_blocks; in memory only, never written.
+    tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, diff: bool = False,
@@ -192,6 +194,7 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
     # and the record. When every host of the run has said it takes the fast path, they start beside the playbook.
     early: dict[str, Any] = {}
     said: dict[str, str] = {}
+    tokens: dict[str, str] = {}
 
     def run_checks() -> None:
         started = time.monotonic()
@@ -203,12 +206,27 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
             early["error"] = exc
         early["seconds"] = time.monotonic() - started
 
+    def read_tokens() -> None:
+        # The Jupyter tokens the block after the apply shows (read over SSH by the account, as jupyter_access
+        # would), kept in memory only.
+        for group in found.groups:
+            if not (group.plan.jupyter.enabled and group.plan.jupyter.auth == "token"):
+                continue
+            reach = inventory["all"]["hosts"] if isinstance(inventory, dict) else group.hostvars
+            for host in group.hosts:
+                ssh = ssh_command(host, reach.get(host, {}))
+                token = tunnels_mod.read_token(ssh, group.plan.user) if ssh else None
+                if token:
+                    tokens[host] = token
+
     def on_path(host: str, path: str) -> None:
         said[host] = path
         if checking and "thread" not in early and set(said) >= set(found.hosts) and all(
                 p.startswith("fast") for p in said.values()):
             early["thread"] = threading.Thread(target=run_checks, name="provision-early-checks", daemon=True)
             early["thread"].start()
+            early["tokens"] = threading.Thread(target=read_tokens, name="provision-early-tokens", daemon=True)
+            early["tokens"].start()
 
     with display.phase("starting ansible-playbook") as activity:
 
@@ -228,8 +246,12 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
                              vault_password_file=vault_password_file, full=full)
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)
-    outcome = ApplyOutcome(fleet, inventory, took)
+    if "tokens" in early:
+        early["tokens"].join()
+    outcome = ApplyOutcome(fleet, inventory, took, tokens=tokens)
     if fleet.exit_code != EXIT_OK:
+        if "thread" in early:  # the checks started beside it end before this does (nothing of theirs outlives it)
+            early["thread"].join()
         outcome.codes, outcome.exit_code = {}, fleet.exit_code
         return outcome
     if not checking:
@@ -328,7 +350,8 @@ class JupyterAccess:
     problem: str = ""  # why no tunnel was made
 
 
-def jupyter_access(plan: Plan, hosts: list[str], hostvars: dict[str, dict], *, tunnels: bool = True) -> list[JupyterAccess]:
+def jupyter_access(plan: Plan, hosts: list[str], hostvars: dict[str, dict], *, tunnels: bool = True,
+                   tokens: dict[str, str] | None = None) -> list[JupyterAccess]:
     """For each host: a tunnel from a free local port (a distinct one per host) to its Jupyter, and the URL that
     opens JupyterLab here with the token read over SSH (provision.tunnel). A host Ansible does not reach over SSH,
     or whose Jupyter does not bind the loopback, gets where its server answers and how to read the token."""
@@ -361,7 +384,8 @@ def jupyter_access(plan: Plan, hosts: list[str], hostvars: dict[str, dict], *, t
                     taken.add(t.local_port)
                     access.tunnel = t
                     access.where = f"{scheme}://127.0.0.1:{t.local_port}/lab"
-                    token = tunnels_mod.read_token(ssh, plan.user) if j.auth == "token" else None
+                    token = ((tokens or {}).get(host) or tunnels_mod.read_token(ssh, plan.user)) \
+                        if j.auth == "token" else None
                     if token:
                         access.url = f"{access.where}?token={token}"
         found.append(access)
@@ -378,7 +402,8 @@ def host_summaries(plan: Plan, hosts: list[str], hostvars: dict[str, dict]) -> l
 
 
 def ready_blocks(groups: list[Group], fleet: FleetResult, inventory: Path | dict[str, Any],
-                 codes: dict[str, int] | None, *, skip_frameworks: bool) -> tuple[list[list[str]], bool]:
+                 codes: dict[str, int] | None, *, skip_frameworks: bool,
+                 tokens: dict[str, str] | None = None) -> tuple[list[list[str]], bool]:
     """(blocks, whether a token is shown) of what a person reads after an apply: per host that succeeded, what it
     has (versions), the verifier's and the checks' verdicts, and the URL that opens its JupyterLab in a browser on
     this machine (through an SSH tunnel started here and recorded; provision.tunnel), with how to stop that tunnel.
@@ -388,7 +413,7 @@ def ready_blocks(groups: list[Group], fleet: FleetResult, inventory: Path | dict
     for group in groups:
         ok = [h for h in group.hosts if fleet.hosts[h].result == "ok"]
         reach = inventory["all"]["hosts"] if isinstance(inventory, dict) else group.hostvars
-        access = {a.host: a for a in jupyter_access(group.plan, ok, reach)}
+        access = {a.host: a for a in jupyter_access(group.plan, ok, reach, tokens=tokens)}
         for host in ok:
             record = state.read_record(host) or {}
             lines = [f"{host}: ready ({group.profile}, {group.plan.target.os_id})",

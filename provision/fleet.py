@@ -29,7 +29,7 @@ from provision import procs, sandbox, state
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_INPUT, EXIT_OK, ProvisionError, RunnerError, UsageError
 from provision.models import Plan
 from provision.pipeline import display_path, plan_for
-from provision.render.ansible import check_ansible_path, plan_digest, render_fleet
+from provision.render.ansible import check_ansible_path, plan_digest, render_fleet, roles_version
 from provision.resources import share_dir
 from provision.runners.ansible import run_playbook, write_host_key_vars
 from provision.runners.testinfra import run_check
@@ -338,6 +338,8 @@ def apply_groups(
                         "tags": tags,
                         "frameworks_skipped": skip_frameworks,
                         "plan": group.plan.model_dump(mode="json"),
+                        "roles": roles_version(),  # what the hosts ran (render.ansible.roles_version)
+                        "path": hr.path,
                         "installed": {k: (hr.installed or {}).get(k, {}) for k in ("packages", "wheels")},
                         "verify": hr.verify,
                     })

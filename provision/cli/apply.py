@@ -248,7 +248,7 @@ def _print_ready(groups: list[Any], outcome: Any, *, skip_frameworks: bool) -> N
     from provision.apply import ready_blocks
 
     blocks, shown_token = ready_blocks(groups, outcome.fleet, outcome.inventory, outcome.codes,
-                                       skip_frameworks=skip_frameworks)
+                                       skip_frameworks=skip_frameworks, tokens=outcome.tokens)
     if not blocks:
         return
     out.print("", markup=False)
