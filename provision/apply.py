@@ -177,8 +177,8 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
               become_password: str | None = None, vault_password_file: Path | None = None,
               full: bool = False) -> ApplyOutcome:
     """Start the sandbox (if it is one), run the playbook on every host, then `provision check` on them unless
-    --no-check, --check or --tags say otherwise. full: every role on every host (no fast path). Exit: the playbook's (0 ok, 1 a host failed, 3 unreachable), then the
-    checks' (1 red, 3 could not run)."""
+    --no-check, --check or --tags say otherwise. full: every role on every host (no fast path). Exit: the
+    playbook's (0 ok, 1 a host failed, 3 unreachable), then the checks' (1 red, 3 could not run)."""
     took: dict[str, float] = {"started": time.monotonic()}
     inventory = found.inventory
     if found.sandbox:
@@ -210,7 +210,8 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
         # The Jupyter tokens the block after the apply shows (read over SSH by the account, as jupyter_access
         # would), kept in memory only.
         for group in found.groups:
-            if not (group.plan.jupyter.enabled and group.plan.jupyter.auth == "token"):
+            j = group.plan.jupyter
+            if not (j.enabled and j.auth == "token" and j.bind.startswith("127.")):  # as jupyter_access reads it
                 continue
             reach = inventory["all"]["hosts"] if isinstance(inventory, dict) else group.hostvars
             for host in group.hosts:

@@ -266,7 +266,8 @@ def apply_groups(
 ) -> FleetResult:
     """Render one playbook for every group and run it once. Records what each host got on the controller.
     destroy: the playbook only removes what each host's ledger lists (`provision destroy`), and the host's records
-    go."""
+    go. full: no host takes the fast path (each host's fingerprint decides otherwise; docs/hosts.md); on_path(host,
+    path) is called as each host's preflight says which path it takes."""
     targets = {h: g for g in groups for h in g.hosts}
     fleet = FleetResult(groups=groups)
     record_failed: StateError | None = None

@@ -276,6 +276,9 @@ def ssh_args() -> str:
             "-o BatchMode=yes -o ConnectTimeout=15")
 
 
+SHARED_APT_LOCK_TIMEOUT = 900  # seconds a sandbox's apt waits for the archive all sandboxes share
+
+
 def host_connection(name: str, connection: str = "ssh", *, port: int | None = None) -> dict[str, Any]:
     """Inventory variables that reach sandbox `name`: over SSH as the admin account with sudo (the normal path, as
     a user's machine is reached), or with `docker exec` as root (connection='docker', an option for speed)."""
@@ -288,6 +291,11 @@ def host_connection(name: str, connection: str = "ssh", *, port: int | None = No
         # A container has no GPU: the verifier compiles its kernels only, and says so. Chosen here, for these hosts
         # alone: on any other host the plan's GPU must answer (gpu_verify_compile_only defaults to false).
         "gpu_verify_compile_only": True,
+        # Every sandbox mounts the same apt archive (cache_mounts), so its lock is one for all of them: eight hosts
+        # installing at once wait on each other's downloads for longer than the roles' 120 s (seen on 2 cores: two of
+        # eight failed "Could not get lock /var/cache/apt/archives/lock"). A real host's archive is its own.
+        **{f"{role}_apt_lock_timeout": SHARED_APT_LOCK_TIMEOUT
+           for role in ("nvidia_driver", "python_env", "cuda", "cudnn", "jupyter")},
     }
     if connection == "docker":
         # `docker` (routed to community.docker.docker): the short name is the one Mitogen accelerates.
