@@ -87,11 +87,11 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
 
 @cache
 def roles_version() -> str:
-    """provision's version and a digest of what the hosts run (the collection's roles, modules and metadata, and the
-    verifier gpu_verify installs): a host whose record names another took its last apply from another provision, and
-    takes the full path (the fast re-apply)."""
+    """provision's version and a digest of what the hosts run (the collection's roles and modules, and the verifier
+    gpu_verify installs; a wheel carries these, not the collection's meta/): a host whose record names another took
+    its last apply from another provision, and takes the full path (the fast re-apply)."""
     digest = hashlib.sha256()
-    for top in (share_dir("roles"), share_dir("plugins"), share_dir("meta"), verifier_source()):
+    for top in (share_dir("roles"), share_dir("plugins"), verifier_source()):
         for path in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             digest.update(str(path.relative_to(top.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
     return f"{__version__}+{digest.hexdigest()[:16]}"

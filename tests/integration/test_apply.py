@@ -47,8 +47,9 @@ def test_apply_refuses_without_yes_off_a_terminal():
 def test_first_apply_converges(first_apply):
     assert first_apply.returncode == 0, first_apply.stdout[-3000:] + first_apply.stderr[-3000:]
     assert _changed(first_apply.stdout) > 0
-    # The summary: one row for the host, the profile as given (relative to the working directory), the verdict short.
-    assert re.search(rf"^ ?{NAME}\s+profiles/deskmini\.yaml\s+ok\s+\d+\s+verify \w+", first_apply.stdout, re.M), (
+    # The summary: one row for the host, the profile as given (relative to the working directory), the result with the
+    # path the host took (a stock host has no record: every role), the verdict short.
+    assert re.search(rf"^ ?{NAME}\s+profiles/deskmini\.yaml\s+ok \(full\)\s+\d+\s+verify \w+", first_apply.stdout, re.M), (
         first_apply.stdout[-3000:])
 
 
