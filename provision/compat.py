@@ -77,6 +77,7 @@ class MVC(_Row):
 
 class Branch(_Row):
     branch: str
+    first_release: str  # the branch's driver shipped with its CUDA's toolkit GA: the lowest version a plan installs
     cuda: str
     min_cc: str
     max_cc: str

@@ -13,11 +13,15 @@ def toolkit_builds(db: CompatDB, cuda: str, gpu: GPU) -> bool:
 
 
 def driver_runs(db: CompatDB, branch: Branch, cuda: str) -> str | None:
-    """'native', 'mvc' (minor-version compatibility) or None when the branch cannot run this CUDA."""
+    """'native', 'mvc' (minor-version compatibility) or None when the branch cannot run this CUDA.
+
+    Minor-version compatibility needs a driver at or above the major's floor (580.65.06 for 13.x): the branch's first
+    release is compared, not its number, since "580" is below "580.65.06" while every R580 driver meets it.
+    """
     if V(cuda) <= V(branch.cuda):
         return "native"
     floor = db.mvc_floor(major(cuda))
-    if floor is not None and major(cuda) == major(branch.cuda) and V(branch.branch) >= V(floor.min_driver):
+    if floor is not None and major(cuda) == major(branch.cuda) and V(branch.first_release) >= V(floor.min_driver):
         return "mvc"
     return None
 

@@ -93,3 +93,29 @@ def test_headline_stacks(profile, branch, cuda, cudnn, torch, index):
         torch,
         index,
     )
+
+
+def test_every_branch_first_release_is_its_branch_and_meets_its_cuda_toolkit_floor():
+    # first_release is what minor-version compatibility compares with the major's floor: it must be a release of the
+    # branch itself, and (being the driver shipped with that CUDA's GA) the toolkit's own minimum.
+    db = load_db()
+    for b in db.branches:
+        assert b.first_release.split(".")[0] == b.branch, b
+        tk = db.toolkit(b.cuda)
+        assert tk is None or b.first_release == tk.min_driver, (b, tk)
+
+
+@pytest.mark.parametrize(("branch", "cuda", "planned"), [("580", "13.2", "mvc"), ("580", "13.0", "native")])
+def test_r580_runs_later_cuda_13_releases_by_minor_version_compat(tmp_path, branch, cuda, planned):
+    # Before first_release, "580" compared below the 13.x floor "580.65.06" and this pin was refused with a hint
+    # that contradicted itself ("keep R580 and pin a CUDA it runs ... through minor-version compatibility").
+    profile = tmp_path / "t4.yaml"
+    profile.write_text(
+        "name: t4\nhardware:\n  memory_gb: 32\n  gpu: {model: Tesla T4}\n"
+        "  cpu: {model: Xeon, flags: [sse4_2, avx, avx2]}\n"
+        'target:\n  kind: baremetal\n  os: {distribution: ubuntu, release: "24.04"}\n'
+        f'software:\n  driver_branch: "{branch}"\n  cuda: "{cuda}"\n  frameworks: []\n'
+    )
+    plan = plan_for(profile)
+    assert (plan.driver.branch, plan.cuda.version, plan.driver.min_version) == (branch, cuda, "580.65.06")
+    assert any("minor-version compatibility" in w for w in plan.warnings) == (planned == "mvc")

@@ -9,6 +9,7 @@ import pytest
 from provision.errors import IncompatibleError
 from provision.models import Profile
 from provision.resolver import has_kernels, resolve
+from provision.resolver.links import driver_runs
 from tests.fixtures.small_db import small_db
 
 DB = small_db()
@@ -81,6 +82,20 @@ def test_driver_must_run_the_cuda_natively_or_by_minor_version_compat():
     assert plan.cuda.version == "11.8"
     assert plan.driver.min_version == "450.80.02"
     assert any("minor-version compatibility" in w for w in plan.warnings)
+
+
+def test_minor_version_compat_compares_the_branch_first_release_with_the_floor():
+    # R580's number is below 13.x's floor 580.65.06, but its first release (shipped with CUDA 13.0) meets it: R580
+    # runs 13.1 and 13.2 by minor-version compatibility. A branch whose first release is below the floor does not.
+    r580 = next(b for b in DB.branches if b.branch == "580")
+    assert driver_runs(DB, r580, "13.0") == "native"
+    assert driver_runs(DB, r580, "13.1") == "mvc"
+    assert driver_runs(DB, r580, "13.2") == "mvc"
+    assert driver_runs(DB, r580, "14.0") is None
+    early = r580.model_copy(update={"first_release": "580.42.01"})  # a beta before the floor
+    assert driver_runs(DB, early, "13.1") is None
+    r535 = next(b for b in DB.branches if b.branch == "535")
+    assert driver_runs(DB, r535, "12.6") == "mvc" and driver_runs(DB, r535, "13.0") is None
 
 
 def test_without_frameworks_a_natively_supported_cuda_is_preferred():
