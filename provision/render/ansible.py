@@ -318,7 +318,7 @@ def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = V
          "roles": [_role(name) for name in ROLES]},
         {"name": f"Verify {title} (fingerprint matches its last converged apply: no role has anything to do)",
          "hosts": _hosts_and(hosts, FAST_GROUP), **common,
-         "vars": {"host_record_fast": True},
+         "vars": {"host_record_fast": True, "gpu_verify_assume_installed": True},
          "roles": [_role(name) for name in FAST_ROLES]},
     ]
 

@@ -95,7 +95,7 @@ def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
     # only the verifier and fetch the record, leaving the record and the ledger as they are; the facts come from the preflight's play.
     assert play["hosts"] == ["all", "&provision_full"] and fast["hosts"] == ["all", "&provision_fast"]
     assert [r["role"] for r in fast["roles"]] == ["provision.gpu.gpu_verify", "provision.gpu.host_record"]
-    assert fast["vars"] == {"host_record_fast": True}
+    assert fast["vars"] == {"host_record_fast": True, "gpu_verify_assume_installed": True}
     assert play["gather_facts"] is False and fast["gather_facts"] is False
     assert preflight["gather_subset"] == ["min", "virtual"]
     # Every host is read and refused before the first change on any (roles/preflight), under --tags too.
