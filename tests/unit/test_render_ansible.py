@@ -90,7 +90,11 @@ def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
     assert (tmp_path / "plan.json").is_file()
     preflight, gate, play, fast = YAML(typ="safe").load(files["playbook"].read_text())
     # By the collection's names: the same playbook runs wherever provision.gpu is installed.
-    assert [r["role"] for r in play["roles"]] == [f"provision.gpu.{r}" for r in ROLES] and play["become"] is True
+    # The full path's roles are included as the play reaches them (not parsed when every host takes the fast path),
+    # each tagged with its name, and its tasks too.
+    assert [t["ansible.builtin.include_role"]["name"] for t in play["tasks"]] == [f"provision.gpu.{r}" for r in ROLES]
+    assert all(t["tags"] == t["ansible.builtin.include_role"]["apply"]["tags"] for t in play["tasks"])
+    assert play["become"] is True
     # The hosts whose fingerprint matches their last converged apply (the preflight puts them in provision_fast) run
     # only the verifier and fetch the record, leaving the record and the ledger as they are; the facts come from the preflight's play.
     assert play["hosts"] == ["all", "&provision_full"] and fast["hosts"] == ["all", "&provision_fast"]
