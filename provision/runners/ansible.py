@@ -362,6 +362,25 @@ def host_key_checking_off(hostvars: dict[str, Any]) -> str | None:
     return None
 
 
+def ssh_command(host: str, hostvars: dict) -> list[str] | None:
+    """The ssh command line that reaches `host` as the inventory does (address, port, user, key, options), None for a
+    host Ansible does not reach over SSH."""
+    if hostvars.get("ansible_connection", "ssh") not in ("ssh", "ansible.builtin.ssh", "paramiko"):
+        return None
+    cmd = ["ssh"]
+    if hostvars.get("ansible_ssh_private_key_file"):
+        cmd += ["-i", str(hostvars["ansible_ssh_private_key_file"])]
+    if hostvars.get("ansible_port"):
+        cmd += ["-p", str(hostvars["ansible_port"])]
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        cmd += shlex.split(str(hostvars.get(var) or ""))
+    if host_key_checking_off(hostvars):  # as the inventory says, and as the playbook's connections did
+        cmd += NO_HOST_KEY_CHECKING
+    user = hostvars.get("ansible_user")
+    address = str(hostvars.get("ansible_host") or host)
+    return [*cmd, f"{user}@{address}" if user else address]
+
+
 def strict_host_key_option(hostvars: dict[str, Any]) -> tuple[str, str] | None:
     """The host's StrictHostKeyChecking as ssh takes it from the inventory's ssh arguments (the first one given), and
     the variable that says it; None when they do not say."""
@@ -416,8 +435,6 @@ def accept_new_command(host: str, hostvars: dict[str, Any]) -> list[str] | None:
     while the play runs under Mitogen (mitogen_host_key_mode); None for any other host."""
     if mitogen_host_key_mode(hostvars) != "accept-new":
         return None
-    from provision.apply import ssh_command  # provision.apply imports this module
-
     cmd = ssh_command(host, hostvars)
     if not cmd:
         return None
