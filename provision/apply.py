@@ -31,7 +31,7 @@ from provision.fleet import (
     verify_line,
 )
 from provision.models import Plan
-from provision.runners.ansible import NO_HOST_KEY_CHECKING, host_key_checking_off
+from provision.runners.ansible import ssh_command  # the tunnel's and the token read's ssh
 
 
 def sandbox_release(plan: Plan) -> str:
@@ -280,25 +280,6 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
         bad = ", ".join(h for h, c in sorted(codes.items()) if c)
         outcome.error = RunFailed(f"provision check failed after apply on {bad} (see the failed checks above)")
     return outcome
-
-
-def ssh_command(host: str, hostvars: dict) -> list[str] | None:
-    """The ssh command line that reaches `host` as the inventory does (address, port, user, key, options), None for a
-    host Ansible does not reach over SSH."""
-    if hostvars.get("ansible_connection", "ssh") not in ("ssh", "ansible.builtin.ssh", "paramiko"):
-        return None
-    cmd = ["ssh"]
-    if hostvars.get("ansible_ssh_private_key_file"):
-        cmd += ["-i", str(hostvars["ansible_ssh_private_key_file"])]
-    if hostvars.get("ansible_port"):
-        cmd += ["-p", str(hostvars["ansible_port"])]
-    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        cmd += shlex.split(str(hostvars.get(var) or ""))
-    if host_key_checking_off(hostvars):  # as the inventory says, and as the playbook's connections did
-        cmd += NO_HOST_KEY_CHECKING
-    user = hostvars.get("ansible_user")
-    address = str(hostvars.get("ansible_host") or host)
-    return [*cmd, f"{user}@{address}" if user else address]
 
 
 def _version(found: dict[str, Any], names: list[str]) -> str | None:

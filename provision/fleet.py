@@ -31,7 +31,7 @@ from provision.models import Plan
 from provision.pipeline import display_path, plan_for
 from provision.render.ansible import check_ansible_path, plan_digest, render_fleet, roles_version
 from provision.resources import share_dir
-from provision.runners.ansible import run_playbook, write_host_key_vars
+from provision.runners.ansible import accept_new_host_keys, run_playbook, write_host_key_vars
 from provision.runners.testinfra import run_check
 from provision.state import StateError, write_record
 
@@ -289,6 +289,8 @@ def apply_groups(
                                  full="--full asked for it" if full else "--tags applies part of the plan" if tags else "",
                                  partial=bool(tags))
             write_host_key_vars(work, {h: g.hostvars.get(h, {}) for g in groups for h in g.hosts})
+            # StrictHostKeyChecking=accept-new in the inventory, which Mitogen's ssh would shadow
+            accept_new_host_keys({h: g.hostvars.get(h, {}) for h, g in targets.items()})
             started = time.monotonic()
             try:
                 # A file inventory is used where it is: its group_vars/, host_vars/ and plugin name (aws_ec2.yml)

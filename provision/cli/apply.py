@@ -316,6 +316,12 @@ def check_hosts_cmd(
     from provision.fleet import check_hosts
 
     found = check_run_targets(profile, inventory, sandbox, os_override, limit, vault_password_file=vault_password_file)
+    from provision.runners.ansible import host_key_warnings
+
+    # As the apply says it; testinfra's ssh takes the inventory's StrictHostKeyChecking as given (no Mitogen)
+    for line in host_key_warnings({h: g.hostvars.get(h, {}) for g in found.groups for h in g.hosts if h in found.hosts},
+                                  mitogen=False):
+        err.print(line, markup=False)
     become_password = _become_password() if ask_become_pass else None
     codes = check_hosts(found.groups, found.inventory, found.hosts, skip_frameworks=skip_frameworks,
                         echo=lambda s: out.print(s, markup=False), become_password=become_password,

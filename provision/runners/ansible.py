@@ -13,11 +13,13 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,15 @@ _UNREACHABLE_CAUSES = (
 )
 
 
+def host_key_refusal(text: str) -> str | None:
+    """The cause line for an SSH host key that ssh (or Mitogen) refused in this output, None when it says no such
+    thing."""
+    for needle, cause in _UNREACHABLE_CAUSES[:3]:
+        if needle in text:
+            return cause
+    return None
+
+
 # A host that disappears mid-task (powered off, its network gone, `docker kill`) is unreachable, but Mitogen reports
 # some of those losses as a failed task, depending on the moment: while it connects, or in its own service thread
 # after the stream died (measured 2026-11-23, `docker kill` of a stock host at 3, 5, 6 and 8 s into a play: two of
@@ -279,7 +290,9 @@ def collections_path() -> str:
 # Ansible checks a host's SSH key against known_hosts unless host_key_checking is off (the host's variables, then
 # ANSIBLE_HOST_KEY_CHECKING, then ansible.cfg) or the host's ssh arguments say StrictHostKeyChecking=no, which ssh
 # honours because Ansible's ssh connection puts no such option before them. Mitogen's connection (strategy_env) puts
-# `StrictHostKeyChecking yes` before them, so provision tells it the host's checking is off, and says so.
+# `StrictHostKeyChecking yes` before them, so provision tells it the host's checking is off, and says so; and an
+# inventory's StrictHostKeyChecking=accept-new, which that option would shadow, provision honours itself before the
+# play (accept_new_host_keys); =ask it cannot, and says so (host_key_warnings).
 HOST_KEY_VARS = ("ansible_ssh_host_key_checking", "ansible_host_key_checking")  # Ansible's order of precedence
 SSH_ARG_VARS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")  # their order on the line
 # What the playbook's connections (Mitogen's check_host_keys=ignore) do when checking is off; provision's own ssh
@@ -349,16 +362,104 @@ def host_key_checking_off(hostvars: dict[str, Any]) -> str | None:
     return None
 
 
-def host_key_warnings(hostvars: dict[str, dict[str, Any]]) -> list[str]:
+def ssh_command(host: str, hostvars: dict) -> list[str] | None:
+    """The ssh command line that reaches `host` as the inventory does (address, port, user, key, options), None for a
+    host Ansible does not reach over SSH."""
+    if hostvars.get("ansible_connection", "ssh") not in ("ssh", "ansible.builtin.ssh", "paramiko"):
+        return None
+    cmd = ["ssh"]
+    if hostvars.get("ansible_ssh_private_key_file"):
+        cmd += ["-i", str(hostvars["ansible_ssh_private_key_file"])]
+    if hostvars.get("ansible_port"):
+        cmd += ["-p", str(hostvars["ansible_port"])]
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        cmd += shlex.split(str(hostvars.get(var) or ""))
+    if host_key_checking_off(hostvars):  # as the inventory says, and as the playbook's connections did
+        cmd += NO_HOST_KEY_CHECKING
+    user = hostvars.get("ansible_user")
+    address = str(hostvars.get("ansible_host") or host)
+    return [*cmd, f"{user}@{address}" if user else address]
+
+
+def strict_host_key_option(hostvars: dict[str, Any]) -> tuple[str, str] | None:
+    """The host's StrictHostKeyChecking as ssh takes it from the inventory's ssh arguments (the first one given), and
+    the variable that says it; None when they do not say."""
+    for var in SSH_ARG_VARS:
+        strict = ssh_option(str(hostvars.get(var) or ""), "StrictHostKeyChecking")
+        if strict is not None:
+            return var, strict
+    return None
+
+
+def mitogen_connections() -> bool:
+    """The playbook's connections are Mitogen's (strategy_env)."""
+    return strategy_env().get("ANSIBLE_STRATEGY", "").startswith("mitogen")
+
+
+def mitogen_host_key_mode(hostvars: dict[str, Any]) -> str | None:
+    """What provision does about a host's StrictHostKeyChecking=accept-new or =ask while checking is on, which
+    Mitogen's ssh overrides with its own `-o StrictHostKeyChecking yes` placed before the inventory's arguments
+    (mitogen/ssh.py; ansible_mitogen gives it only 'enforce' or 'ignore'): 'accept-new' is honoured by
+    accept_new_host_keys before the play; 'ask' cannot be (nobody answers ssh's question during a run), so the key is
+    checked as with =yes and host_key_warnings says so. None for every other host, and when the play does not run
+    under Mitogen (Ansible's own ssh connection puts no such option first and honours the setting itself)."""
+    found = strict_host_key_option(hostvars)
+    if found is None or host_key_checking_off(hostvars) or found[1].lower() not in ("accept-new", "ask"):
+        return None
+    if str(hostvars.get("ansible_connection") or "ssh") not in ("ssh", "ansible.builtin.ssh", "smart"):
+        return None
+    return found[1].lower() if mitogen_connections() else None
+
+
+def host_key_warnings(hostvars: dict[str, dict[str, Any]], *, mitogen: bool = True) -> list[str]:
     """One warning line per host whose SSH key the inventory (or the user's Ansible configuration) says not to
-    check, naming the setting: provision checks keys unless told otherwise, and keeps what the user said."""
+    check, naming the setting: provision checks keys unless told otherwise, and keeps what the user said. One too for
+    a host whose ssh arguments say StrictHostKeyChecking=ask, which a playbook run cannot honour
+    (mitogen_host_key_mode); mitogen=False for connections that are not the playbook's (`provision check`)."""
     lines = []
     for host in sorted(hostvars):
         why = host_key_checking_off(hostvars[host])
         if why:
             lines.append(f"warning: {host}: {why}: its SSH host key is not checked, as this setting asks (provision "
                          "checks it otherwise and refuses an unknown or changed key)")
+        elif mitogen and mitogen_host_key_mode(hostvars[host]) == "ask":
+            var, value = strict_host_key_option(hostvars[host]) or ("", "")
+            lines.append(f"warning: {host}: {var}: StrictHostKeyChecking={value}: nobody can answer ssh's question "
+                         "during a run, so its SSH host key is checked as with StrictHostKeyChecking=yes (an unknown "
+                         "or changed key is refused; connect once with ssh to accept a new one)")
     return lines
+
+
+def accept_new_command(host: str, hostvars: dict[str, Any]) -> list[str] | None:
+    """The ssh command accept_new_host_keys runs for a host whose inventory says StrictHostKeyChecking=accept-new
+    while the play runs under Mitogen (mitogen_host_key_mode); None for any other host."""
+    if mitogen_host_key_mode(hostvars) != "accept-new":
+        return None
+    cmd = ssh_command(host, hostvars)
+    if not cmd:
+        return None
+    # After the inventory's arguments (ssh takes the first value given): no prompt, no hang.
+    return [*cmd[:-1], "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "LogLevel=ERROR", cmd[-1], "true"]
+
+
+def accept_new_host_keys(hostvars: dict[str, dict[str, Any]], *, timeout: float = 30.0) -> list[str]:
+    """Honour StrictHostKeyChecking=accept-new for the hosts whose ssh arguments say it (mitogen_host_key_mode): one
+    ssh connection to each, with the inventory's own arguments first, records a key it does not know in the
+    known_hosts those arguments name, as the inventory asks, and refuses nothing itself: a changed key stays
+    refused, by Mitogen's connection after it, with the run's usual line. Returns the hosts it connected to."""
+    commands = {host: cmd for host, hv in sorted(hostvars.items()) if (cmd := accept_new_command(host, hv))}
+
+    def one(cmd: list[str]) -> None:
+        try:
+            subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired):  # the play's own connection says what is wrong
+            pass
+
+    if commands:
+        with ThreadPoolExecutor(max_workers=min(8, len(commands))) as pool:
+            list(pool.map(one, commands.values()))
+    return sorted(commands)
 
 
 def write_host_key_vars(project_dir: str | Path, hostvars: dict[str, dict[str, Any]]) -> None:

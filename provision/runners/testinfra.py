@@ -19,6 +19,7 @@ from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.models import Plan
 from provision.render.ansible import render_ansible
+from provision.runners.ansible import NO_HOST_KEY_CHECKING, host_key_checking_off, host_key_refusal
 
 # Inventory variables that hold a password. testinfra's own connections cannot use them without exposing them (an SSH
 # password goes to `sshpass -p` on a command line) or at all (a become password: its `sudo` has no way to answer a
@@ -72,7 +73,27 @@ def check_target(host: str, hostvars: dict[str, Any], *, become_password: bool =
                            through_ansible=True)
     inner_sudo = bool(hostvars.get("ansible_become", False))
     outer_sudo = become and not inner_sudo
-    return CheckTarget(f"ansible://{host}" + ("?sudo=true" if outer_sudo else ""), {}, through_ansible=False)
+    return CheckTarget(f"ansible://{host}" + ("?sudo=true" if outer_sudo else ""), _host_key_env(hostvars),
+                       through_ansible=False)
+
+
+def _host_key_env(hostvars: dict[str, Any]) -> dict[str, str]:
+    """testinfra's own ssh takes the inventory's ssh arguments but not host_key_checking (the host's
+    ansible_host_key_checking, ANSIBLE_HOST_KEY_CHECKING, ansible.cfg): where that turns checking off, its ssh
+    arguments begin with what the apply's connections did (NO_HOST_KEY_CHECKING, before the inventory's own, where
+    Ansible puts its StrictHostKeyChecking=no too), through ANSIBLE_SSH_COMMON_ARGS, which testinfra reads over the
+    host's ansible_ssh_common_args (one pytest process per host: it reaches this host only)."""
+    if not host_key_checking_off(hostvars):
+        return {}
+    if "ANSIBLE_SSH_COMMON_ARGS" in os.environ:  # testinfra's order: the environment, the host, ansible.cfg
+        common = os.environ["ANSIBLE_SSH_COMMON_ARGS"]
+    elif "ansible_ssh_common_args" in hostvars:
+        common = str(hostvars["ansible_ssh_common_args"] or "")
+    else:
+        from testinfra.utils.ansible_runner import get_ansible_config
+
+        common = get_ansible_config().get("ssh_connection", "ssh_common_args", fallback="")
+    return {"ANSIBLE_SSH_COMMON_ARGS": " ".join([*NO_HOST_KEY_CHECKING, common]).strip()}
 
 
 def _secrets(hostvars: dict[str, Any]) -> list[str]:
@@ -137,6 +158,11 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
         proc = procs.run(cmd, env=env)
     secrets = _secrets(hostvars) + ([become_password] if become_password else [])
     stdout, stderr = _redact(proc.stdout, secrets), _redact(proc.stderr, secrets)
+    refused = host_key_refusal(stdout + stderr) if proc.returncode != 0 else None
+    if refused:  # every check would fail on it: one line, as the apply says it, and "cannot run"
+        if echo:
+            echo(f"cannot reach {host}: {refused}")
+        return EXIT_EXTERNAL
     for line in stdout.splitlines():
         if echo and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line or line.startswith(("E ", "/"))
                      or " passed" in line or " failed" in line):

@@ -111,6 +111,7 @@ def test_the_url_opens_jupyterlab_with_one_named_kernel_and_a_notebook_runs_nump
     frameworks = [name for name in ("torch", "tensorflow") if f'"{name}"' in host]
     code = "import numpy; print('numpy', numpy.__version__, int(numpy.arange(6).sum()))"
     code += "".join(f"; import {fw}; print('{fw}', {fw}.__version__)" for fw in frameworks)
+    code += "; print('cell done')"  # the output streams: a framework's import comes seconds after NumPy's line
     driver = _browser()
     try:
         wait = WebDriverWait(driver, NOTEBOOK_WAIT_S)
@@ -131,15 +132,19 @@ def test_the_url_opens_jupyterlab_with_one_named_kernel_and_a_notebook_runs_nump
         editor.click()
         editor.send_keys(code)
         editor.send_keys(Keys.SHIFT, Keys.ENTER)
+        def cell_output(d):
+            """Every output of the cell once it printed its last line, or once it failed (a traceback)."""
+            text = "\n".join(e.text for e in d.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-OutputArea-output"))
+            return text if ("cell done" in text or "Error" in text) else None
+
         try:
-            output = wait.until(lambda d: next((e.text for e in d.find_elements(
-                By.CSS_SELECTOR, ".jp-NotebookPanel .jp-OutputArea-output") if "numpy" in e.text), None))
+            output = wait.until(cell_output)
         except TimeoutException:
             # What the page showed when the wait ran out: the kernel's state in the status bar and the notebook's
             # text (a kernel still starting under load reads differently from one that died or never connected).
             shown = {sel: " | ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, sel))[-1500:]
                      for sel in ("#jp-main-statusbar", ".jp-NotebookPanel")}
-            pytest.fail(f"no NumPy output within {NOTEBOOK_WAIT_S} s; the page showed: {shown}")
+            pytest.fail(f"the cell did not finish within {NOTEBOOK_WAIT_S} s; the page showed: {shown}")
         assert re.search(r"^numpy \d+\.\d+\.\d+ 15$", output, re.M), output
         for fw in frameworks:
             assert re.search(rf"^{fw} \d", output, re.M), output

@@ -35,6 +35,7 @@ from provision import sandbox
 ROOT = Path(__file__).resolve().parents[2]
 D12 = "pv-ssh-12"
 SUDO = "pv-ssh-sudo"
+DESKMINI = "pv-e2e-deskmini"  # conftest.DESKMINI_HOST, shared with test_apply.py
 PASSWORD = "pv-Sudo-7c1e9f"  # a test host's password, made for this test only
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -142,6 +143,106 @@ def test_a_changed_host_key_is_refused_in_one_line(debian12):
     finally:  # trust the new key again for the tests after this one
         port = read_yaml(inv)["all"]["hosts"][D12]["ansible_port"]
         sandbox.pin_host_key(port, host_exec(D12, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"))
+
+
+def new_host_keys(name: str) -> None:
+    """The host is "reinstalled": new host keys, same address and port."""
+    host_exec(name, "sh", "-c", "rm -f /etc/ssh/ssh_host_* && ssh-keygen -A >/dev/null && systemctl restart ssh")
+
+
+def pin_again(name: str, port: int) -> None:
+    """Trust the host's (new) key again in the sandboxes' known_hosts, for the tests after this one."""
+    sandbox.pin_host_key(port, host_exec(name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"))
+
+
+def known(known_hosts: Path, port: int) -> str:
+    """What known_hosts holds for 127.0.0.1:port (hashed or not, as ssh_config says), '' for nothing."""
+    return subprocess.run(["ssh-keygen", "-F", f"[127.0.0.1]:{port}", "-f", str(known_hosts)], capture_output=True,
+                          text=True).stdout
+
+
+def test_accept_new_records_an_unknown_key_and_refuses_a_changed_one(debian12):
+    """StrictHostKeyChecking=accept-new in the inventory, which Mitogen's own `StrictHostKeyChecking yes` would
+    shadow: the apply reaches a host whose key known_hosts does not have, records it there (no warning: the setting
+    is honoured), and a changed key is then refused in one line. =ask cannot be honoured during a run: one warning
+    line, and the unknown key is refused."""
+    inv, environ = debian12
+    hosts = read_yaml(inv)
+    port = hosts["all"]["hosts"][D12]["ansible_port"]
+    kh = inv.parent / "accept-new-known-hosts"
+    kh.unlink(missing_ok=True)
+
+    def inventory(strict: str, known_hosts: Path) -> Path:
+        hosts["all"]["hosts"][D12]["ansible_ssh_common_args"] = (
+            f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking={strict} -o IdentitiesOnly=yes "
+            "-o BatchMode=yes -o ConnectTimeout=15")
+        return write_yaml(hosts, inv.parent / f"strict-{strict}.yml")
+
+    proc = provision(environ, "apply", "-i", str(inventory("accept-new", kh)), *RECORD_ONLY, timeout=300)
+    assert proc.returncode == 0, output(proc)
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("warning: ") and "host key" in line]
+    key = host_exec(D12, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[1]
+    assert key in known(kh, port), kh.read_text()
+
+    asking = inventory("ask", inv.parent / "ask-known-hosts")  # a known_hosts without this host
+    started = time.monotonic()
+    proc = provision(environ, "apply", "-i", str(asking), *RECORD_ONLY, timeout=120)
+    assert proc.returncode == 3, output(proc)
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: ") and "host key" in line]
+    assert warned == [f"warning: {D12}: ansible_ssh_common_args: StrictHostKeyChecking=ask: nobody can answer ssh's "
+                      "question during a run, so its SSH host key is checked as with StrictHostKeyChecking=yes (an "
+                      "unknown or changed key is refused; connect once with ssh to accept a new one)"], output(proc)
+    failed = [line for line in proc.stderr.splitlines() if line.startswith(f"failed: {D12}:")]
+    assert failed and "SSH key" in failed[0], output(proc)
+    assert time.monotonic() - started < 90
+
+    new_host_keys(D12)
+    try:
+        started = time.monotonic()
+        proc = provision(environ, "apply", "-i", str(inventory("accept-new", kh)), *RECORD_ONLY, timeout=120)
+        assert proc.returncode == 3, output(proc)
+        failed = [line for line in proc.stderr.splitlines() if line.startswith(f"failed: {D12}:")]
+        assert failed and "SSH key" in failed[0], output(proc)
+        assert "Traceback" not in proc.stderr
+        assert time.monotonic() - started < 90
+        assert key in known(kh, port)  # the key it knew is kept: accept-new adds, never replaces
+    finally:
+        pin_again(D12, port)
+
+
+def test_check_honours_the_inventorys_host_key_setting(deskmini_apply, env):
+    """`provision check -i INV` on a host whose SSH key changed: refused in one line while the inventory checks keys;
+    green, with the apply's warning line, when the inventory turns checking off for that host
+    (ansible_host_key_checking: false, which testinfra's own ssh does not read)."""
+    assert deskmini_apply.returncode == 0, deskmini_apply.stdout[-3000:] + deskmini_apply.stderr[-3000:]
+    tmp, environ = env
+    name = DESKMINI
+    hosts = sandbox.inventory([name])
+    port = hosts["all"]["hosts"][name]["ansible_port"]
+    checking = write_yaml(hosts, tmp / "deskmini-checking.yml")
+    hosts["all"]["hosts"][name]["ansible_host_key_checking"] = False
+    trusting = write_yaml(hosts, tmp / "deskmini-no-host-key-checking.yml")
+    check = ["check", str(ROOT / "profiles/deskmini.yaml"), "--os", "debian-13", "--skip-frameworks", "-i"]
+    new_host_keys(name)
+    try:
+        started = time.monotonic()
+        proc = provision(environ, *check, str(checking), timeout=300)
+        assert proc.returncode == 3, output(proc)
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        assert lines == [f"cannot reach {name}: the host's SSH key is not the one known for it (refused: if the host "
+                         "was reinstalled, remove the old key with `ssh-keygen -R HOST` and connect once to check the "
+                         "new one)"], output(proc)
+        assert time.monotonic() - started < 120
+
+        proc = provision(environ, *check, str(trusting), timeout=600)
+        assert proc.returncode == 0, output(proc)
+        assert "FAILED" not in proc.stdout and "token-200] PASSED" in proc.stdout, output(proc)
+        warned = [line for line in proc.stderr.splitlines() if line.startswith("warning: ") and "host key" in line]
+        assert warned == [f"warning: {name}: ansible_host_key_checking: False: its SSH host key is not checked, as "
+                          "this setting asks (provision checks it otherwise and refuses an unknown or changed key)"], (
+            output(proc))
+    finally:
+        pin_again(name, port)
 
 
 def test_a_port_where_nothing_listens_is_one_line_and_exit_3(env):

@@ -72,3 +72,138 @@ def test_provisions_own_ssh_keeps_the_inventorys_options_first():
     assert cmd[:5] == ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/home/me/kh"]
     assert cmd[-1] == "me@10.0.0.5" and "GlobalKnownHostsFile=/dev/null" in cmd
     assert ssh_command("box", {"ansible_host": "10.0.0.5"}) == ["ssh", "10.0.0.5"]
+
+
+# --- StrictHostKeyChecking=accept-new / ask under Mitogen ---------------------------------------------------------
+# Mitogen's ssh puts `-o StrictHostKeyChecking yes` before the inventory's arguments (mitogen/ssh.py, check_host_keys
+# 'enforce': ansible_mitogen gives it only 'enforce' or 'ignore'), so ssh never sees the inventory's accept-new or ask.
+
+
+def test_mitogen_puts_its_own_strict_host_key_checking_first(monkeypatch):
+    """What the workaround rests on, read from the Mitogen installed here: with checking on, its ssh command line says
+    StrictHostKeyChecking yes before the inventory's arguments, which ssh then ignores for that option. (The remote
+    Python's part of the command, which needs a running router, is left out.)"""
+    import mitogen.parent
+    import mitogen.ssh
+
+    monkeypatch.setattr(mitogen.parent.Connection, "get_boot_command", lambda self: [])
+
+    conn = mitogen.ssh.Connection.__new__(mitogen.ssh.Connection)
+    conn.options = mitogen.ssh.Options(hostname="box", check_host_keys="enforce", max_message_size=1 << 20,
+                                       ssh_args=["-o", "StrictHostKeyChecking=accept-new"])
+    bits = conn.get_boot_command()
+    ours = bits.index("StrictHostKeyChecking yes")
+    assert ours < bits.index("StrictHostKeyChecking=accept-new")
+
+
+@pytest.mark.parametrize(("hostvars", "mode"), [
+    ({"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new"}, "accept-new"),
+    ({"ansible_ssh_extra_args": "-o 'StrictHostKeyChecking ask'"}, "ask"),
+    ({"ansible_ssh_common_args": "-oStrictHostKeyChecking=Accept-New -o UserKnownHostsFile=/kh"}, "accept-new"),
+    # the first one given is ssh's
+    ({"ansible_ssh_common_args": "-o StrictHostKeyChecking=yes", "ansible_ssh_extra_args": "-o StrictHostKeyChecking=ask"},
+     None),
+    ({"ansible_ssh_common_args": "-o StrictHostKeyChecking=yes"}, None),
+    ({}, None),
+    # checking off for the host: Mitogen ignores the key anyway (write_host_key_vars)
+    ({"ansible_host_key_checking": False, "ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new"}, None),
+    # not an ssh connection
+    ({"ansible_connection": "docker", "ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new"}, None),
+])
+def test_what_mitogen_would_shadow(hostvars, mode, monkeypatch):
+    monkeypatch.delenv("PROVISION_ANSIBLE_STRATEGY", raising=False)
+    assert runner.mitogen_host_key_mode(hostvars) == mode
+
+
+def test_without_mitogen_ansibles_ssh_honours_the_setting_itself(monkeypatch):
+    monkeypatch.setenv("PROVISION_ANSIBLE_STRATEGY", "linear")
+    hv = {"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new"}
+    assert runner.mitogen_host_key_mode(hv) is None and runner.accept_new_command("box", hv) is None
+    assert runner.host_key_warnings({"box": {"ansible_ssh_common_args": "-o StrictHostKeyChecking=ask"}}) == []
+
+
+def test_ask_is_one_warning_naming_the_host_and_the_setting_and_accept_new_none(monkeypatch):
+    monkeypatch.delenv("PROVISION_ANSIBLE_STRATEGY", raising=False)
+    lines = runner.host_key_warnings({
+        "a": {"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new"},
+        "b": {"ansible_ssh_extra_args": "-o StrictHostKeyChecking=ask -o BatchMode=no"},
+        "c": {}})
+    assert lines == ["warning: b: ansible_ssh_extra_args: StrictHostKeyChecking=ask: nobody can answer ssh's question "
+                     "during a run, so its SSH host key is checked as with StrictHostKeyChecking=yes (an unknown or "
+                     "changed key is refused; connect once with ssh to accept a new one)"]
+
+
+def test_accept_new_is_honoured_by_an_ssh_with_the_inventorys_arguments_first(monkeypatch):
+    monkeypatch.delenv("PROVISION_ANSIBLE_STRATEGY", raising=False)
+    hv = {"ansible_host": "192.0.2.7", "ansible_port": 2222, "ansible_user": "admin",
+          "ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/home/me/kh"}
+    cmd = runner.accept_new_command("box", hv)
+    assert cmd is not None
+    assert cmd[:7] == ["ssh", "-p", "2222", "-o", "StrictHostKeyChecking=accept-new", "-o",
+                       "UserKnownHostsFile=/home/me/kh"]
+    assert cmd[-2:] == ["admin@192.0.2.7", "true"] and "BatchMode=yes" in cmd
+    assert runner.accept_new_command("box", {"ansible_host": "192.0.2.7"}) is None
+
+
+def test_accept_new_connects_to_each_such_host_once_and_comes_back(tmp_path, monkeypatch):
+    """Against a port where nothing listens: ssh fails at once, nothing is recorded, nothing raised (the play's own
+    connection reports the host); the host without accept-new is not connected to."""
+    import socket
+
+    monkeypatch.delenv("PROVISION_ANSIBLE_STRATEGY", raising=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kh = tmp_path / "kh"
+    args = f"-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={kh}"
+    done = runner.accept_new_host_keys({
+        "a": {"ansible_host": "127.0.0.1", "ansible_port": port, "ansible_ssh_common_args": args},
+        "b": {"ansible_host": "127.0.0.1", "ansible_port": port}}, timeout=20)
+    assert done == ["a"] and not kh.exists()
+
+
+# --- provision check (testinfra's ssh) with checking off for a host ------------------------------------------------
+
+
+def _testinfra_ssh(tmp_path: Path, host: str, hostvars: dict, monkeypatch) -> str:
+    """The ssh command line testinfra's ansible backend builds for `host` from an inventory file, in the environment
+    check_target gives its pytest run."""
+    import json
+
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    from provision.runners.testinfra import check_target
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"all": {"hosts": {host: hostvars}}}))
+    target = check_target(host, hostvars)
+    for key, value in target.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    AnsibleRunner._runners.clear()
+    backend = AnsibleRunner(str(inv)).get_host(host).backend
+    cmd, args = backend._build_ssh_command("true")
+    return " ".join(cmd) % tuple(args)
+
+
+def test_check_leaves_the_key_unchecked_where_the_inventory_turns_checking_off(tmp_path, monkeypatch):
+    common = "-o UserKnownHostsFile=/home/me/kh -o IdentitiesOnly=yes"
+    line = _testinfra_ssh(tmp_path, "box", {"ansible_host": "192.0.2.7", "ansible_host_key_checking": False,
+                                           "ansible_ssh_common_args": common}, monkeypatch)
+    # what the apply's connections did, first (ssh takes the first value), then the inventory's own arguments
+    assert line.startswith("ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                           f"-o GlobalKnownHostsFile=/dev/null {common}"), line
+
+
+def test_check_keeps_checking_where_the_inventory_does(tmp_path, monkeypatch):
+    common = "-o UserKnownHostsFile=/home/me/kh -o StrictHostKeyChecking=yes"
+    line = _testinfra_ssh(tmp_path, "box", {"ansible_host": "192.0.2.7", "ansible_ssh_common_args": common},
+                          monkeypatch)
+    assert line.startswith(f"ssh {common}") and "StrictHostKeyChecking=no" not in line, line
+
+
+def test_check_honours_ansible_host_key_checking_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    runner.configured_host_key_checking.cache_clear()
+    line = _testinfra_ssh(tmp_path, "box", {"ansible_host": "192.0.2.7"}, monkeypatch)
+    assert line.startswith("ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"), line
