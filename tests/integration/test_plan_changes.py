@@ -30,7 +30,7 @@ KEEP = "/home/ml/notes/keep.txt"
 # change) and the account tools' backups (useradd and userdel copy passwd to passwd-).
 REWRITTEN = re.compile(r"^/etc/(ld\.so\.cache|(passwd|group|shadow|gshadow|subuid|subgid)-)$")
 
-# The CUDA round trip and destroy are the default command's (3 min 44 s on 2 cores); the Jupyter one is `long`.
+# The CUDA round trip and destroy are the default command's (3 min 44 s on 2 cores); the others are `long`.
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
