@@ -206,10 +206,10 @@ def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str
 
 
 def venv_runs(venv: str, python: str) -> bool:
-    """Whether the environment's interpreter is there and is the planned Python (major.minor; "" takes any). A
-    Debian 12 -> 13 dist-upgrade installs python3.13 and may leave python3.11 in place: the environment still runs,
-    on the old Python, and is made again all the same. Read from the names of its links only (bin/python3.13, which
-    venv makes for the interpreter it was made with): root reads nothing in a directory the account owns."""
+    """Whether the environment's interpreter is there and is the planned Python (major.minor; "" takes any). After a
+    Debian 12 -> 13 dist-upgrade the environment's bin/python still runs (through /usr/bin/python3, now 3.13) but
+    does not see its packages (lib/python3.11): made again. Read from the names of its links only (bin/python3.13,
+    which venv makes for the interpreter it was made with): root reads nothing in a directory the account owns."""
     if not os.path.exists(os.path.join(venv, "bin", "python")):
         return False
     return not python or os.path.lexists(os.path.join(venv, "bin", f"python{python}"))

@@ -227,8 +227,8 @@ def test_root_never_runs_the_pip_of_an_environment_another_account_owns(tmp_path
 
 
 def test_an_environment_of_another_python_is_made_again(tmp_path):
-    """After a Debian 12 -> 13 dist-upgrade that left python3.11 installed, the environment still runs, on 3.11:
-    with 3.13 planned it is made again, read from its links' names alone."""
+    """An environment made by Python 3.11 (its bin/python3.11): with 3.13 planned it is made again, read from its
+    links' names alone; one whose interpreter is gone too."""
     import sys
 
     venv = tmp_path / "venv"
