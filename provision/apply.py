@@ -82,15 +82,16 @@ class Targets:
 
 def targets(profile: Path | None, inventory: Path | None, sandbox_name: str | None, os_override: str | None,
             limit: str | None, failed: bool, *, vault_password_file: Path | None = None,
-            indexes: dict[str, str | bool] | None = None) -> Targets:
+            indexes: dict[str, str | bool] | None = None, require_password: bool = True) -> Targets:
     """The hosts of `provision apply` (and of `provision check PROFILE`) with their Plans; every Plan resolved,
     nothing touched. failed: only the hosts that did not succeed in the last apply on the inventory (no groups when
-    every one did)."""
+    every one did). require_password: a plan's Jupyter password must come from the inventory (fleet.assign)."""
     one_source(inventory, sandbox_name)
     if sandbox_name:
         if profile is None:
             raise UsageError("--sandbox needs a PROFILE")
-        groups = assign({sandbox_name: {}}, profile, os_override, None, indexes=indexes)
+        groups = assign({sandbox_name: {}}, profile, os_override, None, indexes=indexes,
+                        require_password=require_password)
         sandbox_release(groups[0].plan)  # refuse an OS the sandbox cannot run before asking anything
         # Reached over SSH like any host; the port is known once the container runs (apply starts it after asking).
         inv = (sandbox.inventory([sandbox_name]) if sandbox.is_running(sandbox_name)
@@ -106,7 +107,8 @@ def targets(profile: Path | None, inventory: Path | None, sandbox_name: str | No
         hostvars = {h: v for h, v in hostvars.items() if h in retry}
         if not hostvars:
             return Targets([], path, key)
-    return Targets(assign(hostvars, profile, os_override, path, indexes=indexes), path, key)
+    return Targets(assign(hostvars, profile, os_override, path, indexes=indexes, require_password=require_password),
+                   path, key)
 
 
 def check_run_targets(profile: Path | None, inventory: Path | None, sandbox_name: str | None,
@@ -120,7 +122,7 @@ def check_run_targets(profile: Path | None, inventory: Path | None, sandbox_name
         found = Targets(groups, inv, "", sandbox_name)
     else:
         found = targets(profile, inventory, sandbox_name, os_override, limit, False,
-                        vault_password_file=vault_password_file)
+                        vault_password_file=vault_password_file, require_password=False)
     if sandbox_name:
         ensure_sandbox(found.groups[0].plan, sandbox_name, start=False)
         found.inventory = sandbox.inventory([sandbox_name])
@@ -175,7 +177,7 @@ class ApplyOutcome:
 def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, diff: bool = False,
               tags: str | None = None, skip_frameworks: bool = False, no_check: bool = False,
               become_password: str | None = None, vault_password_file: Path | None = None,
-              full: bool = False) -> ApplyOutcome:
+              full: bool = False, jupyter_password: str | None = None) -> ApplyOutcome:
     """Start the sandbox (if it is one), run the playbook on every host, then `provision check` on them unless
     --no-check, --check or --tags say otherwise. full: every role on every host (no fast path). Exit: the
     playbook's (0 ok, 1 a host failed, 3 unreachable), then the checks' (1 red, 3 could not run)."""
@@ -244,7 +246,7 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
         fleet = apply_groups(found.groups, inventory, found.key, check=check, diff=diff, tags=tags,
                              skip_frameworks=skip_frameworks, on_task=display.task, on_start=on_start,
                              on_path=on_path, sandboxes=sandboxes, become_password=become_password,
-                             vault_password_file=vault_password_file, full=full)
+                             vault_password_file=vault_password_file, full=full, jupyter_password=jupyter_password)
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)
     if "tokens" in early:

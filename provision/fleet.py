@@ -180,9 +180,11 @@ def profile_label(value: str, path: Path) -> str:
 
 
 def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_override: str | None,
-           inventory: Path | None, *, indexes: dict[str, Any] | None = None) -> list[Group]:
+           inventory: Path | None, *, indexes: dict[str, Any] | None = None,
+           require_password: bool = True) -> list[Group]:
     """Group the hosts by (profile, OS) and resolve each group's Plan. Any refusal stops here, before any host is
-    touched, and names the hosts it concerns."""
+    touched, and names the hosts it concerns. require_password: a plan whose Jupyter logs in with a password needs
+    it from the inventory (False: it is given otherwise, --ask-jupyter-pass, or not needed, check and destroy)."""
     if not hostvars:
         raise UsageError(f"{inventory or 'the inventory'}: no hosts to apply to (check the inventory and --limit)")
     keyed: dict[tuple[str, str | None], list[str]] = {}
@@ -224,19 +226,22 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
             raise
         groups.append(Group(plan=plan, profile=shown[label], os=host_os, hosts=hosts,
                             hostvars={h: hostvars[h] for h in hosts}))
-    _require_secrets(groups, inventory)
+    if require_password:
+        _require_secrets(groups, inventory)
     return groups
 
 
 def _require_secrets(groups: list[Group], inventory: Path | None) -> None:
     """A plan whose Jupyter logs in with a password needs that password from the inventory (vaulted or not; the role
-    stores only its hash): refused here, before any host is touched, not by the role's assert halfway through."""
+    stores only its hash) or from `apply --ask-jupyter-pass`: refused here, before any host is touched, not by the
+    role's assert halfway through."""
     missing = [h for g in groups if g.plan.jupyter.enabled and g.plan.jupyter.auth == "password"
                for h in g.hosts if not g.hostvars.get(h, {}).get("jupyter_password")]
     if missing:
+        where = ("add it to the inventory (encrypted: ansible-vault encrypt_string --stdin-name jupyter_password), "
+                 "give it with --ask-jupyter-pass") if inventory else "give it with --ask-jupyter-pass"
         raise UsageError(f"{inventory or 'the sandbox'}: host(s) {', '.join(missing)}: jupyter.auth is 'password' "
-                         "and no jupyter_password is set for them: add it to the inventory (encrypted: "
-                         "ansible-vault encrypt_string --stdin-name jupyter_password), or use auth: token")
+                         f"and no jupyter_password is set for them: {where}, or use auth: token")
 
 
 def forks_for(hosts: int) -> int:
@@ -263,11 +268,14 @@ def apply_groups(
     destroy: bool = False,
     purge_home: bool = False,
     full: bool = False,
+    jupyter_password: str | None = None,
 ) -> FleetResult:
     """Render one playbook for every group and run it once. Records what each host got on the controller.
     destroy: the playbook only removes what each host's ledger lists (`provision destroy`), and the host's records
     go. full: no host takes the fast path (each host's fingerprint decides otherwise; docs/hosts.md); on_path(host,
-    path) is called as each host's preflight says which path it takes."""
+    path) is called as each host's preflight says which path it takes. jupyter_password (apply --ask-jupyter-pass):
+    the password of every host whose plan's Jupyter logs in with one, handed to Ansible as become_password is; it
+    takes the full path (the fingerprint cannot say whether the password changed)."""
     targets = {h: g for g in groups for h in g.hosts}
     fleet = FleetResult(groups=groups)
     record_failed: StateError | None = None
@@ -286,7 +294,8 @@ def apply_groups(
             work = keep_dir or Path(tmp)
             files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
                                  skip_frameworks=skip_frameworks, destroy=destroy, purge_home=purge_home,
-                                 full="--full asked for it" if full else "--tags applies part of the plan" if tags else "",
+                                 full=("--full asked for it" if full else "--tags applies part of the plan" if tags
+                                       else "--ask-jupyter-pass gave a password" if jupyter_password else ""),
                                  partial=bool(tags))
             write_host_key_vars(work, {h: g.hostvars.get(h, {}) for g in groups for h in g.hosts})
             # StrictHostKeyChecking=accept-new in the inventory, which Mitogen's ssh would shadow
@@ -299,7 +308,8 @@ def apply_groups(
                 run = run_playbook(work, inv_path, limit=",".join(sorted(targets)), check=check, diff=diff,
                                    tags=tags, forks=forks_for(len(targets)), on_task=on_task, on_start=on_start,
                                    on_path=on_path,
-                                   become_password=become_password, vault_password_file=vault_password_file)
+                                   become_password=become_password, vault_password_file=vault_password_file,
+                                   jupyter_password=jupyter_password)
             except KeyboardInterrupt:
                 if not check:
                     state.write_run(inventory_key, {h: HostResult(h, targets[h].profile, "interrupted",
@@ -479,7 +489,7 @@ def check_groups(hostvars: dict[str, dict[str, Any]], inventory: Path | None, *,
                          f"them in {where})")
     groups = list(keyed.values())
     if unrecorded:
-        groups += assign(unrecorded, None, os_override, inventory)
+        groups += assign(unrecorded, None, os_override, inventory, require_password=False)
     return groups
 
 

@@ -39,7 +39,8 @@ options:
   planned:
     description:
       - What the plan wants, keys C(packages) (Debian packages it names), C(wheels) (distributions it names),
-        C(paths) (files and directories it writes), C(units), C(accounts) and C(venv) (its environment's path).
+        C(paths) (files and directories it writes), C(units), C(accounts), C(venv) (its environment's path) and
+        C(python) (the planned Python's major.minor; an environment made by another is made again).
       - Empty with O(destroy) true - everything the ledger lists goes.
     type: dict
     default: {}
@@ -202,6 +203,16 @@ def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str
         # again for the new one.
         out["paths"] = sorted(set(out["paths"]) | (stale & owned(ledger, "paths")))
     return out
+
+
+def venv_runs(venv: str, python: str) -> bool:
+    """Whether the environment's interpreter is there and is the planned Python (major.minor; "" takes any). After a
+    Debian 12 -> 13 dist-upgrade the environment's bin/python still runs (through /usr/bin/python3, now 3.13) but
+    does not see its packages (lib/python3.11): made again. Read from the names of its links only (bin/python3.13,
+    which venv makes for the interpreter it was made with): root reads nothing in a directory the account owns."""
+    if not os.path.exists(os.path.join(venv, "bin", "python")):
+        return False
+    return not python or os.path.lexists(os.path.join(venv, "bin", f"python{python}"))
 
 
 def has_work(found: dict) -> bool:
@@ -466,7 +477,7 @@ def run(module: AnsibleModule) -> dict:
     if state == "begin":
         planned = {} if p["destroy"] else p["planned"]
         broken = frozenset(v for v in planned_of(planned)["venvs"]
-                           if os.path.isdir(v) and not os.path.exists(os.path.join(v, "bin", "python")))
+                           if os.path.isdir(v) and not venv_runs(v, str(planned.get("python") or "")))
         stale: frozenset[str] = frozenset()
         want = planned_of(planned)
         if p["venv_owner"] and want["accounts"] and p["venv_owner"] not in want["accounts"]:

@@ -70,11 +70,13 @@ def _jupyter_url() -> str:
 def probe(host) -> dict:
     """The host as host_probe.py read it, in one command run as root (the checks' connection escalates, as the play
     does); what the plan's account controls is run as that account."""
-    token_checks = PLAN["jupyter"]["enabled"] and PLAN["jupyter"]["auth"] == "token"
+    jupyter = PLAN["jupyter"]["enabled"]
+    # With a token: a request with it and one without it; with a password: one without any credential.
+    http = [[_jupyter_url(), f"{STATE_DIR}/token"]] if jupyter and PLAN["jupyter"]["auth"] == "token" else []
     questions = {
         "user": USER, "venv": VENV, "packages": _driver_packages(), "smi": _driver_version_wanted(),
-        "service": SERVICE if PLAN["jupyter"]["enabled"] else "",
-        "http": [[_jupyter_url(), f"{STATE_DIR}/token"], [_jupyter_url(), ""]] if token_checks else [],
+        "service": SERVICE if jupyter else "",
+        "http": http + [[_jupyter_url(), ""]] if jupyter else [],
         "http_status": HTTP_STATUS,
     }
     out = host.run(f"{SYSTEM_PYTHON} -I -c {shlex.quote(HOST_PROBE)} {shlex.quote(json.dumps(questions))}")
@@ -172,8 +174,12 @@ def test_jupyter_service_running_as_user(probe):
 
 @pytest.mark.parametrize(("with_token", "expected"), [(True, "200"), (False, "403")], ids=["token-200", "no-token-403"])
 def test_jupyter_api_status(probe, with_token, expected):
-    if not PLAN["jupyter"]["enabled"] or PLAN["jupyter"]["auth"] != "token":
-        pytest.skip("token auth not planned")
-    out = probe["http"][0 if with_token else 1]
+    """The server takes its token and refuses a request without it; with a password, it refuses a request without
+    one (the password itself is not the controller's to know)."""
+    if not PLAN["jupyter"]["enabled"]:
+        pytest.skip("jupyter disabled in the plan")
+    if with_token and PLAN["jupyter"]["auth"] != "token":
+        pytest.skip("password auth planned: no token")
+    out = probe["http"][0 if with_token else -1]
     assert out["rc"] == 0, f"GET {_jupyter_url()} as {USER} failed (exit {out['rc']}): {out['stderr'].strip()}"
     assert out["stdout"].strip() == expected

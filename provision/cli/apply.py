@@ -87,6 +87,11 @@ AskBecomePassOpt = Annotated[
     bool, typer.Option("--ask-become-pass", "-K", help="Ask for the sudo password of the hosts' account (not shown, "
                        "not stored; ansible_become_password in the inventory or a vault works too).")
 ]
+AskJupyterPassOpt = Annotated[
+    bool, typer.Option("--ask-jupyter-pass", help="Ask for the password of Jupyter where the plan's jupyter.auth is "
+                       "'password' (not shown, not stored: the host keeps its hash; jupyter_password in the inventory "
+                       "or a vault works too). The hosts take the full path.")
+]
 VaultPasswordFileOpt = Annotated[
     Path | None, typer.Option("--vault-password-file", help="Decrypt vaulted inventory values (e.g. "
                               "ansible_become_password) with the password in this file.")
@@ -119,6 +124,7 @@ def apply(
     timings: Annotated[bool, typer.Option("--timings", help="Also list the slowest steps (seconds summed over "
                                           "hosts).")] = False,
     ask_become_pass: AskBecomePassOpt = False,
+    ask_jupyter_pass: AskJupyterPassOpt = False,
     vault_password_file: VaultPasswordFileOpt = None,
     index: IndexOpt = None,
     full: Annotated[bool, typer.Option("--full", help="Run every role on every host, even where the host's "
@@ -138,7 +144,7 @@ def apply(
     from provision.apply import run_apply, targets
 
     found = targets(profile, inventory, sandbox, os_override, limit, failed, vault_password_file=vault_password_file,
-                    indexes=index_overrides(index))
+                    indexes=index_overrides(index), require_password=not ask_jupyter_pass)
     if not found.groups:
         out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
         return
@@ -160,10 +166,12 @@ def apply(
     if not yes and not check:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None
+    jupyter_password = _jupyter_password() if ask_jupyter_pass else None
     outcome = run_apply(found, _ApplyDisplay(check=check, skip_frameworks=skip_frameworks, timings=timings,
                                              frameworks=any(g.plan.frameworks for g in found.groups)),
                         check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks, no_check=no_check,
-                        become_password=become_password, vault_password_file=vault_password_file, full=full)
+                        become_password=become_password, vault_password_file=vault_password_file, full=full,
+                        jupyter_password=jupyter_password)
     if outcome.check_skipped:
         out.print(f"check skipped: {outcome.check_skipped}", markup=False)
     if not check:
@@ -172,7 +180,7 @@ def apply(
         retry = ["provision", "apply", *([str(profile)] if profile else []), "-i", str(inventory),
                  *(["--os", os_override] if os_override else []), *(["--skip-frameworks"] if skip_frameworks else []),
                  *(["--tags", tags] if tags else []), *[w for i in index or [] for w in ("--index", i)],
-                 *(["-K"] if ask_become_pass else []),
+                 *(["-K"] if ask_become_pass else []), *(["--ask-jupyter-pass"] if ask_jupyter_pass else []),
                  *(["--vault-password-file", str(vault_password_file)] if vault_password_file else []),
                  *(["--no-check"] if no_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
                  "--failed"]
@@ -192,6 +200,13 @@ def _confirm(where: str) -> None:
 
 def _become_password() -> str | None:
     return typer.prompt("BECOME password", hide_input=True, default="", show_default=False) or None
+
+
+def _jupyter_password() -> str:
+    password = typer.prompt("Jupyter password", hide_input=True, default="", show_default=False)
+    if not password:
+        raise UsageError("--ask-jupyter-pass: an empty password; nothing was changed")
+    return password
 
 
 def _print_failed_apply_hints(*, check: bool, retry: list[str] | None) -> None:

@@ -55,7 +55,8 @@ def destroy(
                              "applied with")
         profile = Path(record["profile"])
         os_override = os_override or record.get("os")
-    found = targets(profile, inventory, sandbox, os_override, limit, False, vault_password_file=vault_password_file)
+    found = targets(profile, inventory, sandbox, os_override, limit, False, vault_password_file=vault_password_file,
+                    require_password=False)
     if sandbox and not found.hosts:
         raise UsageError(f"destroy --sandbox {sandbox}: no such sandbox")
     for host in found.hosts:

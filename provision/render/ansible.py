@@ -82,6 +82,7 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
         "units": ["provision-jupyter"] if plan.jupyter.enabled else [],
         "accounts": [plan.user],
         "venv": plan.python.venv,
+        "python": plan.python.version,
     }
 
 

@@ -547,6 +547,7 @@ def run_playbook(
     on_path: Callable[[str, str], None] | None = None,
     become_password: str | None = None,
     vault_password_file: str | Path | None = None,
+    jupyter_password: str | None = None,
 ) -> RunResult:
     """Run project_dir/site.yml against inventory; call on_task(host, task, state, msg) for each task result
     and on_start(task) when a task starts (the CLI shows it while it runs: apt and pip tasks take minutes);
@@ -615,13 +616,15 @@ def run_playbook(
         env_dir.mkdir(mode=0o700)
         # ansible-runner reads its cancel_callback once per pexpect_timeout (5 s by default): 1 s answers Ctrl-C sooner.
         (env_dir / "settings").write_text(json.dumps({"pexpect_timeout": 1}))
-        if become_password:
+        secrets = ({"ansible_become_password": become_password} if become_password else {}) | (
+            {"jupyter_password": jupyter_password} if jupyter_password else {})
+        if secrets:
             # A file in the run's private directory (0600, removed with it) that ansible-runner hands over as
-            # `-e @env/extravars`: the password is never on a command line, in the environment or in an event.
-            # (ansible-runner's own `extravars=` argument would put it on ansible-playbook's command line.)
+            # `-e @env/extravars`: the passwords are never on a command line, in the environment or in an event.
+            # (ansible-runner's own `extravars=` argument would put them on ansible-playbook's command line.)
             fd = os.open(env_dir / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
-                json.dump({"ansible_become_password": become_password}, fh)
+                json.dump(secrets, fh)
         # SSH multiplexing masters (ControlPersist, Ansible's ssh connection) in this run's directory, not the
         # account's shared ~/.ansible/cp: no other run reuses them, and they are found and stopped when it ends.
         # A socket's path has room for about 104 bytes (macOS; 108 on Linux) and Ansible adds a 40-character hash:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-e2e-gpu-swap"
+# PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
+NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-gpu-swap"
 KEEP = "/home/ml/keep.txt"
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.long]

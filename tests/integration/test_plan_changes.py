@@ -22,20 +22,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-e2e-changes"
+# PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
+NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-changes"
 PROFILE = ROOT / "profiles/deskmini.yaml"
 KEEP = "/home/ml/notes/keep.txt"
 # Files under /etc that the tools rewrite whatever the content: the linker's cache (ldconfig after every package
 # change) and the account tools' backups (useradd and userdel copy passwd to passwd-).
 REWRITTEN = re.compile(r"^/etc/(ld\.so\.cache|(passwd|group|shadow|gshadow|subuid|subgid)-)$")
 
-# The CUDA round trip and destroy are the default command's (3 min 44 s on 2 cores); the Jupyter one is `long`.
+# The CUDA round trip and destroy are the default command's (3 min 44 s on 2 cores); the others are `long`.
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-def provision(env: dict, *args: str, timeout: float = 2400) -> subprocess.CompletedProcess:
+PASSWORD = "correct horse 28"  # typed at --ask-jupyter-pass's prompt (stdin here: no terminal)
+
+
+def provision(env: dict, *args: str, timeout: float = 2400, typed: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "provision", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, stdin=subprocess.DEVNULL, timeout=timeout)
+                          env=env, timeout=timeout,
+                          **({"input": typed + "\n"} if typed is not None else {"stdin": subprocess.DEVNULL}))
 
 
 def sh(command: str, user: str = "root") -> subprocess.CompletedProcess:
@@ -83,16 +88,22 @@ def host(tmp_path_factory):
     renamed = tmp / "deskmini-ada.yaml"
     renamed.write_text(PROFILE.read_text().replace("  user: ml\n", "  user: ada\n"))
     assert "user: ada" in renamed.read_text()
+    password = tmp / "deskmini-password.yaml"
+    password.write_text(PROFILE.read_text().replace("auth: token}", "auth: password}"))
+    assert "auth: password" in password.read_text()
     yield {"env": env, "a": str(PROFILE), "b": str(no_frameworks), "c": str(no_jupyter), "d": str(renamed),
-           "stock": stock}
+           "e": str(password), "stock": stock, "state": tmp / "state"}
     sandbox.remove(NAME)
 
 
-def apply(host: dict, profile: str, *extra: str) -> subprocess.CompletedProcess:
+def apply(host: dict, profile: str, *extra: str, password: str | None = None) -> subprocess.CompletedProcess:
+    """password: typed at --ask-jupyter-pass's prompt."""
     args = ["apply", profile, "--os", "debian-13", "--sandbox", NAME, "--yes", *extra]
     if profile != host["b"]:
         args.append("--skip-frameworks")
-    return provision(host["env"], *args)
+    if password is not None:
+        args.append("--ask-jupyter-pass")
+    return provision(host["env"], *args, typed=password)
 
 
 def wheels(user: str = "ml") -> dict[str, str]:
@@ -106,15 +117,17 @@ def installed(package: str) -> bool:
     return sh(f"dpkg-query -W -f '${{db:Status-Abbrev}}' {package}").stdout.startswith("ii")
 
 
-def converges(host: dict, profile: str, keep: str = KEEP) -> None:
-    """One apply with its check passing, then a second that changes nothing; the planted file still there."""
-    proc = apply(host, profile)
+def converges(host: dict, profile: str, keep: str = KEEP, password: str | None = None) -> list[str]:
+    """One apply with its check passing, then a second that changes nothing; the planted file still there.
+    The two applies' output."""
+    proc = apply(host, profile, password=password)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "FAILED" not in proc.stdout
-    again = apply(host, profile, "--no-check")
+    again = apply(host, profile, "--no-check", password=password)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert changed(again.stdout) == 0, again.stderr[-3000:]
     assert sh(f"cat {keep}").stdout == "mine\n"
+    return [proc.stdout, proc.stderr, again.stdout, again.stderr]
 
 
 def test_pypi_cuda_to_debian_and_back_then_destroy(host):
@@ -217,3 +230,78 @@ def test_an_environment_whose_interpreter_link_broke_is_made_again(host):
 
     converges(host, host["a"], keep)
     assert sh("/opt/provision/venv/bin/python -c 'import jupyterlab'", user="ml").returncode == 0
+
+
+# Asks the server on the host (loopback) what a browser would: /api/status with no credential, with the token given,
+# and after a login on /login (its _xsrf cookie, then the form) with a wrong password and with the right one.
+JUPYTER_CLIENT = r"""
+import http.cookiejar, json, sys, urllib.error, urllib.parse, urllib.request
+base = "http://127.0.0.1:8888"
+given = json.load(sys.stdin)
+
+def status(opener, path, data=None, headers=None):
+    try:
+        with opener.open(urllib.request.Request(base + path, data=data, headers=headers or {}), timeout=15) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+plain = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+out = {"none": status(plain, "/api/status")}
+if given.get("token"):
+    out["token"] = status(plain, "/api/status", headers={"Authorization": "token " + given["token"]})
+for key, password in (("wrong", given["password"] + "x"), ("login", given["password"])):
+    jar = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPCookieProcessor(jar))
+    status(browser, "/login")
+    xsrf = next((c.value for c in jar if c.name == "_xsrf"), "")
+    form = urllib.parse.urlencode({"_xsrf": xsrf, "password": password}).encode()
+    out[key + " form"] = status(browser, "/login", data=form)
+    out[key] = status(browser, "/api/status")
+print(json.dumps(out))
+"""
+
+
+def jupyter_answers(password: str, token: str = "") -> dict:
+    proc = subprocess.run(["docker", "exec", "-i", NAME, "python3", "-I", "-c", JUPYTER_CLIENT], capture_output=True,
+                          text=True, timeout=120, input=json.dumps({"password": password, "token": token}))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.long
+def test_jupyter_token_to_password_and_back(host):
+    """Jupyter's token replaced by a password (typed at --ask-jupyter-pass's prompt): one apply converges, its check
+    passes, the next changes nothing; the server refuses a request without the password and with the old token,
+    and takes a login with the password; the token file is gone. Then back to a token: the password's hash goes."""
+    keep = "/home/ml/keep-password.txt"
+    state_dir = "/var/lib/provision/jupyter"
+    first = apply(host, host["a"], "--no-check")
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    assert sh(f"echo mine > {keep}", user="ml").returncode == 0
+    token = sh(f"cat {state_dir}/token", user="ml").stdout.strip()
+    assert len(token) == 48, token
+
+    # A password plan with no password given is refused before anything changes.
+    refused = apply(host, host["e"])
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert "no jupyter_password is set" in refused.stderr and "--ask-jupyter-pass" in refused.stderr, refused.stderr
+    assert sh(f"test -e {state_dir}/token").returncode == 0
+
+    said = converges(host, host["e"], keep, password=PASSWORD)
+    assert sh(f"test -e {state_dir}/token").returncode == 1, "the token is still there"
+    assert sh(f"test -s {state_dir}/password.hash").returncode == 0
+    got = jupyter_answers(PASSWORD, token)
+    assert got["none"] == 403 and got["token"] == 403 and got["wrong"] == 403 and got["login"] == 200, got
+    # The password is never shown, nor kept on the controller or on the host (only its hash).
+    assert not [text for text in said if PASSWORD in text]
+    kept = subprocess.run(["grep", "-rlF", PASSWORD, str(host["state"])], capture_output=True, text=True)
+    assert kept.stdout == "", kept.stdout
+    assert sh(f"grep -rlF '{PASSWORD}' /var/lib/provision /etc /opt/provision /home /tmp").stdout == ""
+
+    converges(host, host["a"], keep)
+    assert sh(f"test -e {state_dir}/password.hash").returncode == 1, "the password's hash is still there"
+    token = sh(f"cat {state_dir}/token", user="ml").stdout.strip()
+    assert len(token) == 48, token
+    back = jupyter_answers(PASSWORD, token)
+    assert back["none"] == 403 and back["token"] == 200 and back["login"] == 403, back

@@ -6,7 +6,8 @@ file under /etc, /opt/provision and /var/lib/provision (types, modes, owners, co
 One host serves the cases in turn, each undone before the next:
 - a driver from NVIDIA's .run installer (its /usr/bin/nvidia-uninstall and the libraries it copies);
 - another branch's driver package installed by hand (a stand-in with the 470 tesla package's name, source and
-  version, built here: a real R470 install needs Debian 12's non-free archive and a kernel build);
+  version, built here); and on a Debian 12 host, the real one: the owner enables non-free in sources.list and
+  `apt-get install libnvidia-tesla-470-cuda1` (R470's CUDA library and what it depends on, no kernel module);
 - NVIDIA's apt repository entered twice with different keyrings (apt itself refuses those sources; asserted too);
 - the Jupyter port held by another process (named, with its pid), with the planned account already there as a
   normal account with files in its home, which is not refused;
@@ -16,7 +17,8 @@ One host serves the cases in turn, each undone before the next:
 A second host, clean, is in the run with a refused one: it is refused too, untouched (a run changes every host or
 none).
 
-Refusals install nothing, so each apply takes 4-9 s: the module took 89 s on 2 cores, sandbox starts included.
+Refusals install nothing, so each apply takes 4-9 s: the module took 104 s on 2 cores, sandbox starts and the real
+R470 install (21 s) included.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-preflight"
-CLEAN = "pv-preflight-clean"
+# PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
+NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv") + "-preflight"
+CLEAN = NAME + "-clean"
+BOOKWORM = NAME + "-deb12"
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
-ARGS = ["--os", "debian-13", "--yes", "--skip-frameworks", "--no-check"]
+ARGS = ["--yes", "--skip-frameworks", "--no-check"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -88,24 +92,25 @@ def hosts(tmp_path_factory):
             remove(name)
 
 
-def apply(inventory: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "provision", "apply", PROFILE, "-i", str(inventory), *ARGS, *extra],
+def apply(inventory: Path, env: dict[str, str], *extra: str, os_name: str = "debian-13") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "provision", "apply", PROFILE, "-i", str(inventory), "--os", os_name,
+                           *ARGS, *extra],
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
 
 
-def refused(hosts, *expected: str, extra: tuple[str, ...] = ()) -> str:
+def refused(hosts, *expected: str, extra: tuple[str, ...] = (), host: str = NAME, os_name: str = "debian-13") -> str:
     """Apply on the prepared host: exit 2, one `refused:` line holding every expected text, the host unchanged."""
     one, _, env = hosts
-    before = snapshot()
-    proc = apply(one, env, *extra)
+    before = snapshot(host)
+    proc = apply(one, env, *extra, os_name=os_name)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-4000:]
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"refused: {NAME}: preflight: ")]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"refused: {host}: preflight: ")]
     assert len(lines) == 1, out[-4000:]
     for text in expected:
         assert text in lines[0], lines[0]
     assert "Nothing was changed" in lines[0]
-    assert snapshot() == before, "the refused apply changed the host"
+    assert snapshot(host) == before, "the refused apply changed the host"
     return lines[0]
 
 
@@ -128,6 +133,33 @@ def test_another_branchs_driver_package_is_refused(hosts):
                 "sudo apt-get purge libnvidia-tesla-470-cuda1")
     finally:
         sh("dpkg --purge libnvidia-tesla-470-cuda1")
+
+
+@pytest.fixture
+def bookworm(hosts, tmp_path):
+    """A stock Debian 12 host beside the others (Debian 12's non-free still has R470), its inventory."""
+    from provision.render.ansible import write_yaml
+    from provision.sandbox import inventory, remove, start
+
+    remove(BOOKWORM)
+    start(BOOKWORM, "12")
+    try:
+        write_yaml(inventory([BOOKWORM]), tmp_path / "deb12.yml")
+        yield tmp_path / "deb12.yml", None, hosts[2]
+    finally:
+        remove(BOOKWORM)
+
+
+def test_a_real_r470_package_installed_by_hand_is_refused(bookworm):
+    # As the owner of a Tesla K80 box did: non-free enabled in sources.list, R470's CUDA library installed.
+    installed = sh("sed -i 's/ main$/ main contrib non-free non-free-firmware/' /etc/apt/sources.list && "
+                   "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+                   "libnvidia-tesla-470-cuda1", host=BOOKWORM, check=False)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    version = sh("dpkg-query -W -f '${Version}' libnvidia-tesla-470-cuda1", host=BOOKWORM).stdout
+    assert version.startswith("470."), version
+    refused(bookworm, "another branch than the planned 535", f"libnvidia-tesla-470-cuda1 {version}",
+            "sudo apt-get purge ", "libnvidia-tesla-470-cuda1", host=BOOKWORM, os_name="debian-12")
 
 
 def test_nvidia_repo_with_another_keyring_is_refused(hosts):

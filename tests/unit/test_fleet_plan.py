@@ -156,3 +156,8 @@ def test_a_password_login_without_a_password_in_the_inventory_is_refused_before_
         assign({"lab-1": {"jupyter_password": "vaulted"}, "lab-2": {}}, profile, "debian-13", None)
     groups = assign({"lab-1": {"jupyter_password": "vaulted"}}, profile, "debian-13", None)
     assert groups[0].plan.jupyter.auth == "password"
+    # A sandbox has no inventory: --ask-jupyter-pass is the way, and the refusal says so.
+    with pytest.raises(UsageError, match=r"^the sandbox: host\(s\) box: .* give it with --ask-jupyter-pass, or use"):
+        assign({"box": {}}, profile, "debian-13", None)
+    # Given at the prompt (apply --ask-jupyter-pass), or not needed (check, destroy): not asked of the inventory.
+    assert assign({"box": {}}, profile, "debian-13", None, require_password=False)[0].hosts == ["box"]

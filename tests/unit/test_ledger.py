@@ -224,3 +224,19 @@ def test_root_never_runs_the_pip_of_an_environment_another_account_owns(tmp_path
     os.chown(venv, 1000, 1000)
     with pytest.raises(mod.LedgerError, match="never as root"):
         mod.refuse_root_in(str(venv))
+
+
+def test_an_environment_of_another_python_is_made_again(tmp_path):
+    """An environment made by Python 3.11 (its bin/python3.11): with 3.13 planned it is made again, read from its
+    links' names alone; one whose interpreter is gone too."""
+    import sys
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3.11").symlink_to(sys.executable)
+    (venv / "bin" / "python").symlink_to("python3.11")
+    assert mod.venv_runs(str(venv), "3.11") and mod.venv_runs(str(venv), "")
+    assert not mod.venv_runs(str(venv), "3.13")
+    (venv / "bin" / "python3.11").unlink()
+    (venv / "bin" / "python3.11").symlink_to(tmp_path / "gone")  # the interpreter removed: the link dangles
+    assert not mod.venv_runs(str(venv), "3.11") and not mod.venv_runs(str(venv), "")
