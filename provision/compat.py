@@ -117,6 +117,20 @@ class Tool(_Row):
     python_max: str
 
 
+class PythonBuild(_Row):
+    """One python-build-standalone archive (data/python.yaml): a managed interpreter a plan can take."""
+
+    version: str  # "3.11.16"
+    build: str  # the release tag, "20260814"
+    arch: Literal["x86_64", "aarch64"]
+    archive: str  # the file name, as the release names it
+    sha256: str
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+
 class OSRow(_Row):
     os_id: str
     distribution: Literal["debian", "ubuntu"]
@@ -363,6 +377,9 @@ class CompatDB(BaseModel):
     image_tag: str = "{full}-{cudnn_flavour}-{kind}-ubuntu{ubuntu}"
     image_tag_without_cudnn: str = "{full}-{kind}-ubuntu{ubuntu}"
     policy: Policy | None = None
+    python_builds: tuple[PythonBuild, ...] = ()  # python-build-standalone's archives (data/python.yaml)
+    python_release_url: str = "https://github.com/astral-sh/python-build-standalone/releases/download/{build}/{archive}"
+    python_install_root: str = "/opt/provision/python"
 
     # --- look-ups -------------------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPU | None:
@@ -384,6 +401,11 @@ class CompatDB(BaseModel):
             if row is not None:
                 return row
         return None
+
+    def python_build(self, minor: str, arch: str) -> PythonBuild | None:
+        """The newest python-build-standalone archive of a minor version ("3.11") for an architecture."""
+        rows = [b for b in self.python_builds if b.minor == minor and b.arch == arch]
+        return max(rows, key=lambda b: V(b.version), default=None)
 
     def architecture_of(self, cc: str) -> Architecture | None:
         return next((a for a in self.architectures if cc in a.cc), None)
@@ -505,6 +527,7 @@ def _read_db(root: Path) -> CompatDB:
         cloud = _read(root / "cloud.yaml")
         images = _read(root / "images.yaml")
         policy = _read(root / "policy.yaml")
+        python = _read(root / "python.yaml")
         # Raw rows, like every table above: CompatDB validates them into Instance.
         instances: Any = [{**row, "provider": provider} for provider in ("aws", "gcp", "azure")
                           for row in cloud[provider]]
@@ -538,6 +561,9 @@ def _read_db(root: Path) -> CompatDB:
             image_tag=images["tag"],
             image_tag_without_cudnn=images["tag_without_cudnn"],
             policy=policy["policy"],
+            python_builds=python["builds"],
+            python_release_url=python["release_url"],
+            python_install_root=python["install_root"],
         )
     except (OSError, KeyError, ValidationError) as exc:
         raise DataError(f"the compatibility database in {root} is broken: {exc}") from exc

@@ -121,6 +121,13 @@ class UsageError(ProvisionError):
     exit_code = EXIT_INPUT
 
 
+class RefusedError(ProvisionError):
+    """Something the run would use failed a check before any host was touched (a managed interpreter's archive whose
+    sha256 is not one provision trusts)."""
+
+    exit_code = EXIT_INPUT
+
+
 class RunnerError(ProvisionError):
     """An external tool (Ansible, Docker, NVRTC, a host) could not do its part."""
 

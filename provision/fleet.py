@@ -27,6 +27,8 @@ from pydantic import ValidationError
 
 from provision import procs, sandbox, state
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_INPUT, EXIT_OK, ProvisionError, RunnerError, UsageError
+from provision.interpreters import fetch as fetch_interpreter
+from provision.loader import PYTHON_MIRROR, parse_python_mirror
 from provision.models import Plan
 from provision.pipeline import display_path, plan_for
 from provision.render.ansible import check_ansible_path, plan_digest, render_fleet, roles_version
@@ -37,6 +39,7 @@ from provision.state import StateError, write_record
 
 PROFILE_VAR = "provision_profile"
 OS_VAR = "provision_os"
+PYTHON_MIRROR_VAR = "provision_python_mirror"
 MAX_FORKS = 64
 # How roles/preflight's refusals begin: a host failed with one is "refused" (nothing was changed on it).
 PREFLIGHT_REFUSAL = "preflight: "
@@ -187,7 +190,7 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
     it from the inventory (False: it is given otherwise, --ask-jupyter-pass, or not needed, check and destroy)."""
     if not hostvars:
         raise UsageError(f"{inventory or 'the inventory'}: no hosts to apply to (check the inventory and --limit)")
-    keyed: dict[tuple[str, str | None], list[str]] = {}
+    keyed: dict[tuple[str, str | None, str | None], list[str]] = {}
     paths: dict[str, Path] = {}
     shown: dict[str, str] = {}  # what the summary and the records call the profile
     missing = []
@@ -209,17 +212,30 @@ def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_overrid
         host_os = os_override or hv.get(OS_VAR) or None
         if host_os is not None and not isinstance(host_os, str):
             raise UsageError(f"{inventory}: host {host}: {OS_VAR} must be a string such as debian-13")
+        mirror = hv.get(PYTHON_MIRROR_VAR)
+        if mirror is not None and not isinstance(mirror, str):
+            raise UsageError(f"{inventory}: host {host}: {PYTHON_MIRROR_VAR} must be a directory or an http(s) URL")
+        if mirror and not (indexes or {}).get(PYTHON_MIRROR):  # --python-mirror on the command line wins
+            try:
+                mirror = parse_python_mirror(mirror, base=inventory.parent if inventory else None,
+                                             what=PYTHON_MIRROR_VAR)
+            except ProvisionError as exc:
+                raise UsageError(f"{inventory}: host {host}: {'; '.join(exc.lines())}") from None
+        else:
+            mirror = None
         label = display_path(path)
         paths[label] = path
         shown.setdefault(label, profile_label(value, path) if value else label)
-        keyed.setdefault((label, host_os), []).append(host)
+        keyed.setdefault((label, host_os, mirror), []).append(host)
     if missing:
         raise UsageError(f"no profile for host(s) {', '.join(missing)}: give PROFILE on the command line or set "
                          f"{PROFILE_VAR} for them in {inventory or 'the inventory'}")
     groups = []
-    for (label, host_os), hosts in keyed.items():
+    for (label, host_os, mirror), hosts in keyed.items():
+        overrides = {**(indexes or {}), **({PYTHON_MIRROR: mirror} if mirror else {})} or None
         try:
-            plan = plan_for(paths[label], os_override=host_os, indexes=indexes)  # indexes: --index overrides
+            # overrides: --index and --python-mirror, else the hosts' provision_python_mirror
+            plan = plan_for(paths[label], os_override=host_os, indexes=overrides)
         except ProvisionError as exc:
             if hasattr(exc, "where") and len(keyed) > 1:  # IncompatibleError: say which hosts it concerns
                 exc.where = f"{exc.where or label} (hosts {', '.join(hosts)})"
@@ -289,6 +305,13 @@ def apply_groups(
             for group in groups:
                 if set(group.hosts) & set(sandboxes):
                     sandbox.fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=on_start)
+        # A managed interpreter's archive, fetched once into the controller's cache and checked against the sha256s
+        # provision trusts before any host is touched (provision.interpreters); the hosts get it from here.
+        interpreters: dict[str, tuple[str, str]] = {}
+        for group in [] if destroy else groups:
+            if group.plan.python.managed is not None:
+                path, sha = fetch_interpreter(group.plan.python.managed, log=on_start)
+                interpreters[group.plan.python.managed.archive] = (str(path), sha)
         single = len(groups) == 1
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = keep_dir or Path(tmp)
@@ -296,7 +319,7 @@ def apply_groups(
                                  skip_frameworks=skip_frameworks, destroy=destroy, purge_home=purge_home,
                                  full=("--full asked for it" if full else "--tags applies part of the plan" if tags
                                        else "--ask-jupyter-pass gave a password" if jupyter_password else ""),
-                                 partial=bool(tags))
+                                 partial=bool(tags), interpreters=interpreters)
             write_host_key_vars(work, {h: g.hostvars.get(h, {}) for g in groups for h in g.hosts})
             # StrictHostKeyChecking=accept-new in the inventory, which Mitogen's ssh would shadow
             accept_new_host_keys({h: g.hostvars.get(h, {}) for h, g in targets.items()})

@@ -258,7 +258,8 @@ def _pos_for(doc: _Doc, loc: tuple[Any, ...]) -> Pos | None:
 
 
 # The patterns of models.Version and of driver_branch: fields that take one exact version.
-_VERSION_PATTERNS = {r"^[0-9]+(\.[0-9]+){0,3}$": "'12.6'", r"^[0-9]{3}$": "'580'"}
+_VERSION_PATTERNS = {r"^[0-9]+(\.[0-9]+){0,3}$": "'12.6'", r"^[0-9]{3}$": "'580'",
+                     r"^[0-9]+(\.[0-9]+){0,3}(\.post[0-9]+)?$": "'2.7.1'"}
 
 
 def _as_written(err: Mapping[str, Any], doc: _Doc | None) -> str:
@@ -358,14 +359,43 @@ def parse_index_overrides(values: list[str] | tuple[str, ...] | None) -> dict[st
     return out
 
 
+# The key of the overrides (`--index`, `--python-mirror`, an inventory's provision_python_mirror) that names where
+# managed interpreters come from: it lands in software.python_mirror, the rest in software.indexes.
+PYTHON_MIRROR = "python_mirror"
+
+
+def parse_python_mirror(value: str, *, base: Path | None = None, what: str = "--python-mirror") -> str:
+    """A python mirror as given (`--python-mirror DIR|URL`, provision_python_mirror) -> an http(s) URL, or an absolute
+    directory (relative ones from base, else the working directory) that exists. One Problem when it is neither."""
+    text = value.strip()
+    if re.match(r"^[a-z]+://", text):
+        if not re.fullmatch(r"https?://[A-Za-z0-9._~:/?@%+=&-]+", text):
+            raise ProfileError([Problem(f"{what} '{show(text, 200)}' is not an http(s) URL (no spaces, quotes or shell "
+                                        "characters)", hint=f"{what} https://HOST/PATH or a directory")])
+        return text.rstrip("/")
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    if not path.is_dir():
+        raise ProfileError([Problem(f"{what} {show(text, 200)}: no such directory", hint="a directory holding "
+                                    "python-build-standalone's archives under their release names and a SHA256SUMS, "
+                                    "or an http(s) URL of one")])
+    return str(path.resolve())
+
+
 def _apply_index_overrides(data: Any, indexes: dict[str, str | bool] | None) -> None:
     if not indexes or not isinstance(data, dict):
         return
     software = data.setdefault("software", {})
     if isinstance(software, dict):
-        given = software.get("indexes")
-        merged = given if isinstance(given, dict) else {}
-        software["indexes"] = {**merged, **indexes}
+        overrides = dict(indexes)
+        mirror = overrides.pop(PYTHON_MIRROR, None)
+        if mirror:
+            software[PYTHON_MIRROR] = mirror
+        if overrides:
+            given = software.get("indexes")
+            merged = given if isinstance(given, dict) else {}
+            software["indexes"] = {**merged, **overrides}
 
 
 def validate_data(data: Any, doc: _Doc, db: CompatDB | None) -> Profile:

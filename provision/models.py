@@ -33,6 +33,8 @@ from provision.plan_rules import dotted, problems
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()+/-]{0,79}$")]
 Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}$")]
+# A framework release may be a PEP 440 post-release (tensorflow 2.15.0.post1): a version too.
+ReleaseVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}(\.post[0-9]+)?$")]
 UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]$")]
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
@@ -142,7 +144,9 @@ class Target(_Strict):
 
 class FrameworkRequest(_Strict):
     name: FrameworkName
-    version: Version | None = Field(None, description="Pin a release ('2.0', '2.0.1'); unset = newest that fits.")
+    version: ReleaseVersion | None = Field(
+        None, description="Pin a release ('2.0', '2.0.1', '2.15.0.post1'); unset = newest that fits."
+    )
 
 
 class JupyterSpec(_Strict):
@@ -176,6 +180,12 @@ class Software(_Strict):
     devel: bool = Field(
         False,
         description="Install the CUDA compiler toolchain (nvcc) on hosts and keep it in images (runtime only when false).",
+    )
+    python_mirror: str | None = Field(
+        None,
+        description="Where managed interpreters come from instead of python-build-standalone's releases: a directory "
+        "or http(s) URL holding the archives as the releases name them and a SHA256SUMS (`--python-mirror`, "
+        "`provision_python_mirror` in an inventory). The archive must match the database's sha256 or that SHA256SUMS.",
     )
     indexes: dict[IndexName, IndexURL | Literal[False]] = Field(
         default_factory=dict,
@@ -300,15 +310,29 @@ class CudnnPlan(_Frozen):
     packages: tuple[str, ...]
 
 
+class ManagedPython(_Frozen):
+    """python-build-standalone's CPython (data/python.yaml), unpacked root-owned under /opt/provision/python where the
+    distribution's python3 is outside what the pins allow."""
+
+    version: str  # "3.11.16"
+    build: str  # the release, "20260814"
+    archive: str  # the file name, as the release (and a mirror) names it
+    sha256: str  # the database's, from the release's SHA256SUMS
+    url: str  # the archive in the release
+    mirror: str | None = None  # a directory or URL with the same file names and a SHA256SUMS (--python-mirror)
+    prefix: str  # where it is unpacked: /opt/provision/python/cpython-3.11.16+20260814
+
+
 class PythonPlan(_Frozen):
     version: str  # "3.11"
-    source: str  # system
-    interpreter: str  # /usr/bin/python3
+    source: str  # system | platform | managed
+    interpreter: str  # /usr/bin/python3, or the managed interpreter's bin/python3.11
     packages: tuple[str, ...]  # apt packages needed to make a venv
     venv: str  # path of the virtual environment on the target
     # The environment also sees the interpreter's own site-packages: where the platform preinstalls the frameworks
     # (Colab), they are verified in place rather than installed a second time.
     system_site_packages: bool = False
+    managed: ManagedPython | None = None  # source managed: the archive, its hash and where it goes
 
 
 class IndexPlan(_Frozen):

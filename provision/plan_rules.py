@@ -118,6 +118,14 @@ _cc = _pattern(CC, "a compute capability (X.Y)")
 _url = _pattern(INDEX_URL, "an index URL (http(s)://, no spaces, quotes or shell characters)")
 _image = _pattern(IMAGE_REF, "an image reference ([registry/]name[:tag][@sha256:digest])")
 _digest = _pattern(DIGEST, "an image digest (sha256:<64 hex digits>)")
+_mirror_url = _pattern(INDEX_URL, "a directory or an http(s) URL")
+
+
+def _mirror(value: str) -> str | None:
+    """A python mirror: an absolute directory on the controller or an http(s) URL."""
+    return _path(value) if value.startswith("/") else _mirror_url(value)
+
+
 _platform = _pattern(re.compile(r"linux/(?:amd64|arm64)"), "linux/amd64 or linux/arm64")
 _branch = _pattern(re.compile(r"[0-9]{3}"), "a driver branch (three digits)")
 _fingerprint = _pattern(re.compile(r"[0-9A-F]{40}"), "an OpenPGP fingerprint (40 upper-case hex digits)")
@@ -149,6 +157,12 @@ RULES: dict[tuple[str, ...], Rule] = {
     ("python", "interpreter"): _path,
     ("python", "venv"): _path,
     ("python", "packages", "*"): _apt,
+    **{("python", "managed", f): _version for f in ("version", "build")},
+    ("python", "managed", "archive"): _pattern(re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,159}"), "an archive's file name"),
+    ("python", "managed", "sha256"): _pattern(re.compile(r"[0-9a-f]{64}"), "a sha256 (64 lower-case hex digits)"),
+    ("python", "managed", "url"): _url,
+    ("python", "managed", "mirror"): _mirror,
+    ("python", "managed", "prefix"): _path,
     **{("frameworks", "*", f): _token for f in ("name", "package", "variant")},
     **{("frameworks", "*", f): _version for f in ("version", "cuda", "cudnn")},
     ("frameworks", "*", "arch_list", "*"): _version,

@@ -38,7 +38,12 @@ def plan_text(plan: Plan, *, explain: bool = False) -> list[str]:
         f"  cudnn      {n.version or 'none'}"
         + (f" from {n.source}: {' '.join(n.packages)}" if n.packages else (f" ({n.source})" if n.source else ""))
     )
-    lines.append(f"  python     {p.version} ({p.source}), environment {p.venv}")
+    if p.managed is not None:
+        why = next((r.why.split(". python-build-standalone")[0] for r in plan.reasons if r.component == "python"), "")
+        lines.append(f"  python     {p.version} (managed: python-build-standalone {p.managed.version} in "
+                     f"{p.managed.prefix}{'; ' + why if why else ''}), environment {p.venv}")
+    else:
+        lines.append(f"  python     {p.version} ({p.source}), environment {p.venv}")
     for f in plan.frameworks:
         # Every wheel names where it comes from: a framework index, the plan's PyPI mirror, or PyPI itself.
         if f.index_url:

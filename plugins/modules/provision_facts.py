@@ -668,6 +668,52 @@ def half_configured(packages: list[dict]) -> list[str]:
     return sorted(p["package"] for p in packages if p["status"] in ("half-configured", "half-installed"))
 
 
+# dpkg's states of a package whose install or upgrade did not finish (`dpkg --audit` lists them).
+UNFINISHED = ("half-configured", "half-installed", "unpacked", "triggers-awaited", "triggers-pending")
+
+
+def unfinished(packages: list[dict]) -> dict[str, str]:
+    """{package: version} of every package dpkg left in the middle of an install, upgrade or configure."""
+    return {p["package"]: p["version"] for p in packages if p["status"] in UNFINISHED}
+
+
+def provisions_unfinished(left: dict[str, str], pending: dict | None, owned: frozenset[str] = frozenset()) -> bool:
+    """Whether the dpkg work left unfinished is provision's own: an apply of provision's began (the ledger's pending
+    note, written before its first change, is still there) and every package left is one that was not installed at
+    that version when it began (that apply was installing it) or one the ledger owns (it was removing or replacing
+    it). Anything else is someone else's to finish."""
+    if not left or not isinstance(pending, dict) or not isinstance(pending.get("packages"), dict):
+        return False
+    before = pending["packages"]
+    return all(before.get(name) != version or name in owned for name, version in left.items())
+
+
+def ledger_pending(path: str) -> dict | None:
+    """The pending note of the host's ledger (an apply of provision's began and did not finish), read only from a
+    root-owned file no one else can write; None when there is none."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            st = os.fstat(handle.fileno())
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return None
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    pending = data.get("pending") if isinstance(data, dict) else None
+    return pending if isinstance(pending, dict) else None
+
+
+def dpkg_journal() -> bool:
+    """Whether dpkg's journal holds updates an interrupted run did not apply (dpkg refuses to work until
+    `dpkg --configure -a` applies them)."""
+    try:
+        return any(entry.is_file() for entry in os.scandir("/var/lib/dpkg/updates"))
+    except OSError:
+        return False
+
+
 def upstream_branch(version: str) -> str:
     """A Debian version's driver branch: its first number, after any epoch (`1:470.256.02-1` → `470`)."""
     upstream = version.split(":", 1)[-1]
@@ -959,11 +1005,26 @@ def read_preflight(params: dict) -> dict:
             packages = parse_dpkg_status(handle.read())
     except FileNotFoundError:
         packages = []
-    found["half_configured"] = half_configured(packages)
+    # Work dpkg left unfinished: provision's own interrupted apply's is finished by the run (roles/ledger, first);
+    # anyone else's is refused here, before any change, naming the packages and the command.
+    left = unfinished(packages)
+    journal = dpkg_journal()
+    pending = ledger_pending(str(params.get("ledger") or ""))
+    owned = frozenset(ledger_packages(str(params.get("ledger") or "")))
+    own = (bool(left) or journal) and pending is not None and (not left or provisions_unfinished(left, pending, owned))
+    found["provision_unfinished"] = sorted(left) or (["(dpkg's journal)"] if journal else []) if own else []
+    found["half_configured"] = [] if own else half_configured(packages)
+    interrupted = [] if own else sorted(set(left) - set(found["half_configured"]))
+    found["unfinished"] = interrupted
     if found["half_configured"]:
         refusals.append(f"dpkg was already half-configured before this run: {names(found['half_configured'])} "
                         "(`sudo dpkg --audit` lists them; a package script failed or was cut short); run "
                         "`sudo dpkg --configure -a`, fix what its error names, then apply again")
+    elif interrupted or (journal and not own):
+        what = names(interrupted) if interrupted else "its journal in /var/lib/dpkg/updates"
+        refusals.append(f"dpkg work that provision did not start was left unfinished: {what} (an install or upgrade "
+                        "was cut short); run `sudo dpkg --configure -a` (then `sudo apt-get -f install` if it asks), "
+                        "then apply again")
     branch = str(params.get("driver_branch") or "")
     found["installer_files"] = [f for f in params.get("installer_files") or [] if branch and os.path.lexists(f)]
     if found["installer_files"]:

@@ -205,12 +205,16 @@ def removals(ledger: dict, planned: dict, destroy: bool = False, venv_owner: str
     return out
 
 
-def venv_runs(venv: str, python: str) -> bool:
+def venv_runs(venv: str, python: str, interpreter: str = "") -> bool:
     """Whether the environment's interpreter is there and is the planned Python (major.minor; "" takes any). After a
     Debian 12 -> 13 dist-upgrade the environment's bin/python still runs (through /usr/bin/python3, now 3.13) but
     does not see its packages (lib/python3.11): made again. Read from the names of its links only (bin/python3.13,
     which venv makes for the interpreter it was made with): root reads nothing in a directory the account owns."""
     if not os.path.exists(os.path.join(venv, "bin", "python")):
+        return False
+    if interpreter and os.path.realpath(os.path.join(venv, "bin", "python")) != os.path.realpath(interpreter):
+        # Made with another interpreter than the plan's: the distribution's python3 where the plan now takes a
+        # managed one (or back), or a managed build the plan no longer names. Only links are read.
         return False
     return not python or os.path.lexists(os.path.join(venv, "bin", f"python{python}"))
 
@@ -477,7 +481,8 @@ def run(module: AnsibleModule) -> dict:
     if state == "begin":
         planned = {} if p["destroy"] else p["planned"]
         broken = frozenset(v for v in planned_of(planned)["venvs"]
-                           if os.path.isdir(v) and not venv_runs(v, str(planned.get("python") or "")))
+                           if os.path.isdir(v) and not venv_runs(v, str(planned.get("python") or ""),
+                                                                 str(planned.get("interpreter") or "")))
         stale: frozenset[str] = frozenset()
         want = planned_of(planned)
         if p["venv_owner"] and want["accounts"] and p["venv_owner"] not in want["accounts"]:

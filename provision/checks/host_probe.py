@@ -39,6 +39,23 @@ def as_user(user: str, argv: list) -> list:
     return argv if user == "root" else ["sudo", "-n", "-u", user, *argv]
 
 
+def managed_state(prefix: str) -> dict:
+    """A managed interpreter's directory: whether it is there, and the first entries under it that are not root's or
+    that another account can write (none, where the notebook account cannot change what the environment runs)."""
+    if not os.path.isdir(prefix):
+        return {"exists": False, "foreign": []}
+    foreign = []
+    for where, dirs, files in os.walk(prefix):
+        for name in [".", *dirs, *files]:
+            path = os.path.normpath(os.path.join(where, name))
+            st = os.lstat(path)
+            if st.st_uid != 0 or (not os.path.islink(path) and st.st_mode & 0o022):
+                foreign.append(path)
+        if len(foreign) >= 5:
+            break
+    return {"exists": True, "foreign": foreign[:5]}
+
+
 def main(args: dict) -> int:
     user, venv = args["user"], args["venv"]
     out: dict = {}
@@ -62,6 +79,12 @@ def main(args: dict) -> int:
         out["venv"]["owner"] = pwd.getpwuid(os.lstat(venv).st_uid).pw_name
     except (OSError, KeyError):
         pass
+    # Which interpreter the environment runs (its links, read without running anything) and the planned one's.
+    out["venv"]["interpreter"] = os.path.realpath(python)
+    out["interpreter"] = os.path.realpath(args.get("interpreter") or "/usr/bin/python3")
+    prefix = args.get("managed_prefix") or ""
+    if prefix:
+        out["managed"] = managed_state(prefix)
     listed = run(as_user(user, [python, "-I", "-c", DISTRIBUTIONS])) if out["venv"]["python_exists"] else None
     try:
         out["distributions"] = json.loads(listed["stdout"]) if listed and listed["rc"] == 0 else None

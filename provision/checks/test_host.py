@@ -75,6 +75,8 @@ def probe(host) -> dict:
     http = [[_jupyter_url(), f"{STATE_DIR}/token"]] if jupyter and PLAN["jupyter"]["auth"] == "token" else []
     questions = {
         "user": USER, "venv": VENV, "packages": _driver_packages(), "smi": _driver_version_wanted(),
+        "interpreter": PLAN["python"]["interpreter"],
+        "managed_prefix": (PLAN["python"].get("managed") or {}).get("prefix", ""),
         "service": SERVICE if jupyter else "",
         "http": http + [[_jupyter_url(), ""]] if jupyter else [],
         "http_status": HTTP_STATUS,
@@ -152,6 +154,23 @@ def test_jax_cuda_plugin_of_the_planned_cuda(probe, framework):
 def test_venv_owned_by_plan_user(probe):
     assert probe["venv"]["python_exists"], f"{VENV}/bin/python missing"
     assert probe["venv"]["owner"] == USER, f"{VENV} is owned by {probe['venv']['owner']}, not {USER}"
+
+
+def test_venv_runs_on_the_planned_interpreter(probe):
+    """The environment's bin/python is the plan's interpreter: the distribution's python3, or the managed one."""
+    assert probe["venv"]["interpreter"] == probe["interpreter"], (
+        f"{VENV}/bin/python is {probe['venv']['interpreter']}, the plan's interpreter is {probe['interpreter']} "
+        f"({PLAN['python']['source']} Python {PLAN['python']['version']})")
+
+
+@pytest.mark.parametrize("managed", [PLAN["python"]["managed"]] if PLAN["python"].get("managed") else [],
+                         ids=lambda m: f"managed-{m['version']}")
+def test_managed_interpreter_is_roots_alone(probe, managed):
+    """python-build-standalone's CPython, where the plan takes one: unpacked at its prefix, every entry root's and
+    writable by root alone, so the notebook account cannot change what the environment (and Jupyter) runs."""
+    state = probe["managed"]
+    assert state["exists"], f"{managed['prefix']} is missing"
+    assert not state["foreign"], f"not root's alone under {managed['prefix']}: {', '.join(state['foreign'])}"
 
 
 @pytest.mark.parametrize(("name", "version"), _pip_pins(), ids=lambda v: str(v))

@@ -17,6 +17,7 @@ from provision.cli.common import (
     IndexOpt,
     OsOpt,
     ProfileArg,
+    PythonMirrorOpt,
     app,
     duration,
     err,
@@ -57,6 +58,7 @@ def render(
     base_image: Annotated[str | None, typer.Option("--base-image", help="FROM this image instead of the plan's (as "
                                                    "`provision build --base-image`).")] = None,
     index: IndexOpt = None,
+    python_mirror: PythonMirrorOpt = None,
 ) -> None:
     """Write a directory that runs on its own: playbook, role variables, inventory, ansible.cfg, plan.json, the
     Dockerfile, and a README with the exact ansible-playbook and docker build commands."""
@@ -65,7 +67,7 @@ def render(
     from provision.runners import docker as runner
 
     check_ansible_path(output, "--output")
-    result = plan_for(profile, os_override=os_override, indexes=index_overrides(index))
+    result = plan_for(profile, os_override=os_override, indexes=index_overrides(index, python_mirror))
     files = render_ansible(result, output, inventory=inventory, skip_frameworks=skip_frameworks)
     dockerfile = render_dockerfile(with_base_image(result, base_image), profile, skip_frameworks=skip_frameworks)
     files["dockerfile"] = output / "Dockerfile"
@@ -127,6 +129,7 @@ def apply(
     ask_jupyter_pass: AskJupyterPassOpt = False,
     vault_password_file: VaultPasswordFileOpt = None,
     index: IndexOpt = None,
+    python_mirror: PythonMirrorOpt = None,
     full: Annotated[bool, typer.Option("--full", help="Run every role on every host, even where the host's "
                                        "fingerprint matches its last converged apply (which otherwise runs only the "
                                        "verifier, the record and the checks).")] = False,
@@ -144,7 +147,7 @@ def apply(
     from provision.apply import run_apply, targets
 
     found = targets(profile, inventory, sandbox, os_override, limit, failed, vault_password_file=vault_password_file,
-                    indexes=index_overrides(index), require_password=not ask_jupyter_pass)
+                    indexes=index_overrides(index, python_mirror), require_password=not ask_jupyter_pass)
     if not found.groups:
         out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
         return

@@ -11,6 +11,7 @@ from provision.cli.common import (
     JsonOpt,
     OsOpt,
     ProfileArg,
+    PythonMirrorOpt,
     app,
     err,
     handle_errors,
@@ -43,12 +44,13 @@ def build(
     os: OsOpt = None,
     json_out: JsonOpt = False,
     index: IndexOpt = None,
+    python_mirror: PythonMirrorOpt = None,
 ) -> None:
     """Build the profile's Docker image (multi-stage, from the plan) and print its id, size and stack labels."""
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
 
-    plan = with_base_image(plan_from(profile, os, indexes=index_overrides(index)), base_image)
+    plan = with_base_image(plan_from(profile, os, indexes=index_overrides(index, python_mirror)), base_image)
     dockerfile = render_dockerfile(plan, profile, skip_frameworks=skip_frameworks)
     image_tag = tag or runner.default_tag(plan, skip_frameworks=skip_frameworks)
     with err.status(f"building {image_tag}") as status:

@@ -19,7 +19,7 @@ import typer
 
 from provision import __version__
 from provision.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ProvisionError
-from provision.loader import parse_index_overrides
+from provision.loader import PYTHON_MIRROR, parse_index_overrides, parse_python_mirror
 from provision.procs import Terminated
 
 # Every command module is imported on every start (they register the commands), so a module imports at its top only
@@ -75,9 +75,21 @@ IndexOpt = Annotated[
 ]
 
 
-def index_overrides(values: list[str] | None) -> dict[str, str | bool] | None:
-    """--index options -> {name: URL or False} (people's errors for bad ones), None when none was given."""
-    return parse_index_overrides(values) or None
+PythonMirrorOpt = Annotated[
+    str | None,
+    typer.Option("--python-mirror", metavar="DIR|URL", help="Where managed interpreters come from instead of "
+                 "python-build-standalone's releases: a directory or URL with the archives under their release names "
+                 "and a SHA256SUMS (an archive matching neither the database's sha256 nor that file is refused)."),
+]
+
+
+def index_overrides(values: list[str] | None, python_mirror: str | None = None) -> dict[str, str | bool] | None:
+    """--index options -> {name: URL or False} (people's errors for bad ones), and --python-mirror as its
+    python_mirror entry; None when neither was given."""
+    out = parse_index_overrides(values)
+    if python_mirror:
+        out[PYTHON_MIRROR] = parse_python_mirror(python_mirror)
+    return out or None
 
 
 def handle_errors(fn: F) -> F:

@@ -13,6 +13,7 @@ from provision.cli.common import (
     JsonOpt,
     OsOpt,
     ProfileArg,
+    PythonMirrorOpt,
     app,
     handle_errors,
     index_overrides,
@@ -65,9 +66,10 @@ def plan(
         "--diff-against", metavar="HOST",
         help="Compare with what HOST got at its last `provision apply` (exit 1 when something differs).")] = None,
     index: IndexOpt = None,
+    python_mirror: PythonMirrorOpt = None,
 ) -> None:
     """Resolve a profile into a concrete stack (driver, CUDA, cuDNN, Python, frameworks, Jupyter)."""
-    result = plan_for(profile, os_override=os_override, indexes=index_overrides(index))
+    result = plan_for(profile, os_override=os_override, indexes=index_overrides(index, python_mirror))
     if diff_against is not None:
         _diff_against(result, diff_against, as_json)
         return

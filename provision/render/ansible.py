@@ -75,6 +75,8 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
         paths += ["/var/lib/provision/jupyter"]
     if plan.driver.install:
         paths += ["/etc/modprobe.d/provision-blacklist-nouveau.conf", "/etc/apt/preferences.d/provision-nvidia-driver.pref"]
+    if plan.python.managed is not None:  # the interpreter python_env unpacks: a plan that no longer names it removes it
+        paths += [plan.python.managed.prefix]
     return {
         "packages": record_packages(plan),
         "wheels": sorted(set(wheels)),
@@ -83,6 +85,8 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
         "accounts": [plan.user],
         "venv": plan.python.venv,
         "python": plan.python.version,
+        # The environment is made again when its bin/python is another interpreter (system <-> managed).
+        "interpreter": plan.python.interpreter,
     }
 
 
@@ -115,15 +119,21 @@ def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: b
     the roles' inputs (key_vars, the rendered variables) and the roles' version."""
     planned = ledger_planned(plan, skip_frameworks=skip_frameworks)
     files = [*planned["paths"], "/usr/local/lib/provision"]
+    skip = {*FINGERPRINT_SKIP, plan.python.venv}
     if plan.jupyter.enabled:
         files.append("/etc/systemd/system/provision-jupyter.service")
+    if plan.python.managed is not None:
+        # A managed interpreter counts by its directory's owner and mode and by the stamp python_env writes once it
+        # is whole (the archive's sha256 in it), not file by file: thousands of root-owned files read on every apply.
+        skip.add(plan.python.managed.prefix)
+        files.append(f"{plan.python.managed.prefix}/.provision-complete")
     return {
         "ledger": "/var/lib/provision/ledger.json",
         "record": "/var/lib/provision/applied.json",
         "packages": sorted({*planned["packages"], *(p.split("=")[0] for p in plan.python.packages),
                             *ROLE_PREREQUISITES}),
         "files": sorted(files),
-        "skip": sorted({*FINGERPRINT_SKIP, plan.python.venv}),
+        "skip": sorted(skip),
         "units": list(planned["units"]),
         "accounts": list(planned["accounts"]),
         "venv": {"path": plan.python.venv, "owner": plan.user, "checksums": list(FINGERPRINT_VENV_FILES)},
@@ -163,8 +173,29 @@ def kernel_display_name(plan: Plan, *, skip_frameworks: bool = False) -> str:
     return " · ".join(parts + ([f"CUDA {cuda}"] if cuda else []))
 
 
+def managed_python_vars(plan: Plan, fetched: tuple[str, str] | None = None) -> dict[str, Any]:
+    """python_env_managed: the archive of a managed interpreter, where the host gets it and the sha256s it may have.
+    fetched: (path on the controller, sha256) once `provision apply` fetched and checked it (copied to the host);
+    else a mirror directory's file is copied, and a URL (the mirror's or the release's) is downloaded by the host."""
+    from provision import interpreters
+
+    managed = plan.python.managed
+    if managed is None:
+        return {}
+    where = interpreters.source(managed)
+    local = fetched[0] if fetched else ("" if where.startswith(("http://", "https://")) else where)
+    return {
+        "version": managed.version,
+        "archive": managed.archive,
+        "prefix": managed.prefix,
+        "src": local,
+        "url": "" if local else where,
+        "sha256": [fetched[1]] if fetched else interpreters.accepted(managed),
+    }
+
+
 def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | None = None,
-                 full: str = "", partial: bool = False) -> dict[str, Any]:
+                 full: str = "", partial: bool = False, interpreter: tuple[str, str] | None = None) -> dict[str, Any]:
     """Each role's inputs (names from its meta/argument_specs.yml), all taken from the Plan. full: why every host
     takes the full path ("" lets a host that matches its last converged apply take the fast one); partial: the run
     applies part of the plan (--tags), so the record keeps no fingerprint."""
@@ -215,6 +246,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "python_env_requirements": [plan.verify.numpy_requirement],
         "python_env_index_url": plan.pip_index_url or "",
         "python_env_frameworks": frameworks,
+        "python_env_managed": managed_python_vars(plan, interpreter),
         "jupyter_enabled": plan.jupyter.enabled,
         "jupyter_user": user,
         "jupyter_venv": venv,
@@ -388,11 +420,12 @@ def render_ansible(plan: Plan, out_dir: str | Path, *, inventory: dict[str, Any]
 def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path, *,
                  inventory: dict[str, Any] | str | Path | None = None, skip_frameworks: bool = False,
                  destroy: bool = False, purge_home: bool = False, full: str = "",
-                 partial: bool = False) -> dict[str, Path]:
+                 partial: bool = False, interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
     """One play per (plan, hosts) group, in one playbook: Ansible runs every host in parallel, each with its own
     profile's variables. hosts None means every host in the inventory (a single plan). With one group the files are
     site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group.
-    full: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars)."""
+    full: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars); interpreters: the managed
+    interpreters' archives apply fetched and checked, {archive name: (path on the controller, sha256)}."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     files = {"playbook": out / "site.yml"}
@@ -407,8 +440,9 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         if not destroy:  # destroy removes only what the ledger lists: nothing found on the host can stop that
             preflights.append(preflight_play(plan, hosts if hosts is not None else "all", vars_rel))
         plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel, destroy=destroy)
+        fetched = (interpreters or {}).get(plan.python.managed.archive) if plan.python.managed else None
         role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"), full=full,
-                                 partial=partial)
+                                 partial=partial, interpreter=fetched)
         if destroy:
             role_vars |= {"ledger_destroy": True, "ledger_purge_home": purge_home}
         write_yaml(unsafe_strings(role_vars), files[f"vars{suffix}"])

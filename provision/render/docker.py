@@ -1,8 +1,8 @@
 """Render the Dockerfile of a profile's image from its `Plan` (templates/Dockerfile.j2).
 
 Everything the template prints comes from the Plan; this module only derives the few things a template should
-not compute (which wheel groups to install, the label list, the driver requirement) and keeps them sorted so
-the output is byte-for-byte deterministic. The build context that goes with the Dockerfile is made by
+not compute (which wheel groups to install, the label list, the driver requirement, a managed interpreter's
+archive) and keeps them sorted so the output is byte-for-byte deterministic. The build context that goes with the Dockerfile is made by
 `provision.runners.docker`.
 """
 
@@ -19,7 +19,7 @@ import jinja2
 
 from provision import __version__
 from provision.errors import UsageError, printable, show
-from provision.models import FrameworkPlan, Plan
+from provision.models import FrameworkPlan, ManagedPython, Plan
 from provision.plan_rules import IMAGE_REF
 from provision.render.ansible import LAB_OVERRIDES, LAB_PAGE_CONFIG, kernel_display_name
 from provision.resources import share_dir
@@ -32,6 +32,13 @@ _ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 # NVIDIA's cuDNN wheels on PyPI are nvidia-cudnn-cu11, -cu12, -cu13: a framework's dependency on one of them is
 # left out where the base image carries cuDNN itself (one cuDNN per image).
 CUDNN_WHEEL_PREFIX = "nvidia-cudnn-"
+
+# A managed plan's interpreter (python-build-standalone's install_only archive): its folder in the build context, the
+# one top folder of the archive, and where the venv stage reads it (the archive and its SHA256SUMS line).
+PYTHON_CONTEXT_DIR = "python"
+PYTHON_ARCHIVE_TOP = "python"
+PYTHON_TMP = "/tmp/python"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 BaseKind = Literal["cuda", "l4t", "plain"]
 
@@ -226,6 +233,70 @@ def _framework_label(fw: FrameworkPlan) -> str:
     return f"{fw.package}=={fw.version}" + (f"+{fw.variant}" if fw.variant else "")
 
 
+@dataclass(frozen=True)
+class PythonArchive:
+    """A managed plan's interpreter as the image gets it: the archive the build context holds, the sha256 the venv
+    stage checks it against before unpacking it, and the prefix it is unpacked to (plan.python.managed.prefix)."""
+
+    name: str  # the archive's file name, as the release and the mirror name it
+    sha256: str
+    prefix: str
+    top: str = PYTHON_ARCHIVE_TOP
+
+    @property
+    def context_path(self) -> str:
+        """Where the build context holds it (`provision build`, `provision render --image-context`)."""
+        return f"{PYTHON_CONTEXT_DIR}/{self.name}"
+
+    @property
+    def tmp(self) -> str:
+        """Where the venv stage holds the archive and its SHA256SUMS until it is unpacked."""
+        return PYTHON_TMP
+
+    @property
+    def image_path(self) -> str:
+        return f"{PYTHON_TMP}/{self.name}"
+
+    @property
+    def sums_file(self) -> str:
+        return f"{PYTHON_TMP}/SHA256SUMS"
+
+    @property
+    def sums_line(self) -> str:
+        """The SHA256SUMS line `sha256sum --check` reads in the venv stage (two spaces, as the releases write it)."""
+        return f"{self.sha256}  {self.image_path}"
+
+
+def python_archive(plan: Plan, sha256: str | None = None) -> PythonArchive | None:
+    """The archive of a managed plan (None for the distribution's or the platform's python3), checked against
+    `sha256` (default: the database's, plan.python.managed.sha256)."""
+    managed: ManagedPython | None = plan.python.managed
+    if plan.python.source != "managed" or managed is None:
+        return None
+    digest = sha256 or managed.sha256
+    if not _SHA256.fullmatch(digest):
+        raise UsageError(f"{plan.profile}: {digest!r} is not a sha256 for {managed.archive} (64 lower-case hex digits)")
+    return PythonArchive(name=managed.archive, sha256=digest, prefix=managed.prefix)
+
+
+def pin_python_archive(dockerfile: str, plan: Plan, sha256: str) -> str:
+    """The rendered Dockerfile of a managed plan, checking its archive against `sha256`: the one
+    provision.interpreters.fetch verified for the file the build context holds.
+
+    `render_dockerfile` writes the database's sha256. A mirror named with --python-mirror may hold another build of
+    the same name, which its own SHA256SUMS vouches for (interpreters.accepted); the build context then holds that
+    file, and the Dockerfile sent with it must name that file's sha256 or its check would refuse it. Only the one
+    SHA256SUMS line of the venv stage changes, so the rest of the text (and its cache keys) stays as rendered.
+    """
+    old, new = python_archive(plan), python_archive(plan, sha256)
+    if old is None or new is None or new.sha256 == old.sha256:
+        return dockerfile
+    if dockerfile.count(old.sums_line) != 1:
+        raise UsageError(f"{plan.profile}: the Dockerfile does not check {old.name} against the plan's sha256 once; "
+                         "render it again from the same plan (`provision render`, `provision build`)")
+    return dockerfile.replace(old.sums_line, new.sums_line)
+
+
 def cudnn_label(plan: Plan) -> str:
     """io.provision.cudnn.source: base-image | pypi | the plan's source (platform, framework, a distribution)."""
     if plan.cudnn.version is None:
@@ -343,6 +414,9 @@ def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, ski
         profile_path: the profile the plan came from, named in the header (`profiles/<name>.yaml`).
         skip_frameworks: leave the framework wheels out (quick builds, tests); recorded in io.provision.frameworks.
 
+    A managed plan's Dockerfile checks the interpreter's archive against the database's sha256; where the build
+    context holds a mirror's build of it, `pin_python_archive` names that file's sha256 instead.
+
     Raises:
         UsageError: the plan cannot be built on its base image (e.g. NVIDIA's apt repository on a plain base).
     """
@@ -373,6 +447,7 @@ def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, ski
         cudnn_origin=cudnn_origin(plan, skip_frameworks=skip_frameworks),
         cuda_home=plan.cuda.home if kind == "plain" else None,  # CUDA in the base: its own layout, not the host's
         jupyter_files=jupyter_files(plan, skip_frameworks=skip_frameworks) if plan.jupyter.enabled else {},
+        python_archive=python_archive(plan),
     )
 
 

@@ -15,6 +15,7 @@ from provision.models import (
     IndexName,
     IndexPlan,
     JupyterPlan,
+    ManagedPython,
     Profile,
     PythonPlan,
     VerifyPlan,
@@ -128,6 +129,8 @@ def python_plan(ctx: Ctx, fws: tuple[FrameworkPlan, ...]) -> PythonPlan:
             venv=db.policy.venv,
             system_site_packages=True,
         )
+    if ctx.managed is not None:
+        return _managed_python(ctx, ranges)
     ctx.reason(
         "python",
         f"Python {ctx.python}, the system python3",
@@ -137,6 +140,39 @@ def python_plan(ctx: Ctx, fws: tuple[FrameworkPlan, ...]) -> PythonPlan:
     )
     return PythonPlan(
         version=ctx.python, source="system", interpreter="/usr/bin/python3", packages=packages, venv=db.policy.venv
+    )
+
+
+def _managed_python(ctx: Ctx, ranges: list[str]) -> PythonPlan:
+    """python-build-standalone's CPython, where the distribution's python3 is outside what the pins allow."""
+    db, choice = ctx.db, ctx.managed
+    assert choice is not None and db.policy is not None
+    build = choice.build
+    prefix = f"{db.python_install_root}/cpython-{build.version}+{build.build}"
+    where = f"the mirror {choice.mirror} (or its SHA256SUMS)" if choice.mirror else "python-build-standalone's release"
+    ctx.reason(
+        "python",
+        f"Python {ctx.python} (managed)",
+        f"{choice.why}. python-build-standalone's CPython {build.version} (release {build.build}, the build uv "
+        f"installs), from {where}, sha256 {build.sha256[:12]}... checked before it is unpacked, root-owned in "
+        f"{prefix}" + (f"; fits {', '.join(ranges)}" if ranges else ""),
+        build.source,
+    )
+    return PythonPlan(
+        version=ctx.python,
+        source="managed",
+        interpreter=f"{prefix}/bin/python{ctx.python}",
+        packages=(),
+        venv=db.policy.venv,
+        managed=ManagedPython(
+            version=build.version,
+            build=build.build,
+            archive=build.archive,
+            sha256=build.sha256,
+            url=db.python_release_url.format(build=build.build, archive=build.archive.replace("+", "%2B")),
+            mirror=choice.mirror,
+            prefix=prefix,
+        ),
     )
 
 

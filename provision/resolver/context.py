@@ -6,10 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from provision.compat import GPU, CompatDB, OSRow
+from provision.compat import GPU, CompatDB, OSRow, PythonBuild
 from provision.models import CudaPlan, CudnnPlan, DriverPlan, FrameworkPlan, Profile, Reason
 
 Interconnect = Literal["pcie", "nvlink", "nvswitch"]
+
+
+@dataclass(frozen=True)
+class ManagedChoice:
+    """A python-build-standalone CPython the plan takes, and why the distribution's python3 did not do."""
+
+    build: PythonBuild
+    why: str
+    mirror: str | None = None
 
 
 @dataclass
@@ -23,6 +32,7 @@ class Ctx:
     count: int = 1
     interconnect: Interconnect = "pcie"
     indexes: dict[str, str | None] = field(default_factory=dict)  # name -> URL, None = unreachable (off)
+    managed: ManagedChoice | None = None  # None: the distribution's (or the platform's) python3
     fw_pins: tuple[str, ...] = ()  # NVIDIA wheels the planned framework pins exactly (its Requires-Dist)
     reasons: list[Reason] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from provision.compat import GPU, CompatDB
+from provision.compat import GPU, CompatDB, OSRow
 from provision.errors import IncompatibleError
 from provision.models import (
     CPUPlan,
@@ -31,7 +31,7 @@ from provision.resolver.common import (
     verify_plan,
     warn_hardware,
 )
-from provision.resolver.context import Ctx, Interconnect
+from provision.resolver.context import Ctx, Interconnect, ManagedChoice
 from provision.resolver.installable import resolve_installable
 from provision.resolver.jetson import jetpack_target, resolve_jetson
 from provision.resolver.links import pin_matches
@@ -237,29 +237,72 @@ def _resolve_one(
         python = db.colab[-1].python
     else:
         assert system is not None  # refused above for every kind but colab and jetson
-        python = system.python
+        return _resolve_installable_python(profile, db, gpu, count, interconnect, inst_reason, profile_path, jp,
+                                           os_id, system)
+    return _resolve_with(profile, db, gpu, count, interconnect, inst_reason, profile_path, jp, os_id, system, python)
+
+
+def _managed(db: CompatDB, profile: Profile, minor: str, why: str) -> ManagedChoice:
+    build = db.python_build(minor, profile.target.arch)
+    assert build is not None  # minors come from the table
+    mirror = profile.software.python_mirror
+    return ManagedChoice(build=build, why=why, mirror=mirror)
+
+
+def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count: int, interconnect: Interconnect,
+                                inst_reason: Reason | None, profile_path: str | None, jp, os_id: str,
+                                system: OSRow) -> Plan:
+    """A host or instance: the distribution's python3 where it fits every pin (the framework's Python range,
+    Jupyter's, software.python), else the newest python-build-standalone CPython that does (a managed one)."""
+    args = (profile, db, gpu, count, interconnect, inst_reason, profile_path, jp, os_id, system)
+    pin = profile.software.python
+    arch = profile.target.arch
+    minors = sorted({b.minor for b in db.python_builds if b.arch == arch}, key=V, reverse=True)
+    if pin and not pin_matches(pin, system.python):
+        if len(V(pin).release) > 2:
+            raise IncompatibleError(
+                f"software.python {pin} names a patch release: the environment is built on a minor version's "
+                f"newest build (the distribution's python3, or python-build-standalone's)",
+                alternatives=[f"pin {'.'.join(pin.split('.')[:2])}"],
+                where=profile.name,
+            )
+        fitting = [m for m in minors if pin_matches(pin, m)]
+        if not fitting:
+            raise IncompatibleError(
+                f"software.python {pin}: {os_id} has {system.python}, and python-build-standalone ships no {pin} "
+                f"for {arch}; it ships {', '.join(sorted(minors, key=V)) or 'none in the database'}",
+                alternatives=[f"pin one of {', '.join(sorted(minors, key=V))}", f"drop software.python ({system.python})"],
+                where=profile.name,
+            )
+        choice = _managed(db, profile, fitting[0], f"software.python pins {pin}; {os_id} has {system.python}")
+        return _resolve_with(*args, fitting[0], choice)
+    try:
+        return _resolve_with(*args, system.python)
+    except IncompatibleError as exc:
+        if pin:  # the pin is the distribution's Python: it holds, and so does the refusal
+            raise
+        for minor in minors:
+            if minor == system.python:
+                continue
+            choice = _managed(db, profile, minor, f"{exc.message}; {os_id} has {system.python}")
+            try:
+                plan = _resolve_with(*args, minor, choice)
+            except IncompatibleError:
+                continue
+            return plan
+        raise
+
+
+def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, interconnect: Interconnect,
+                  inst_reason: Reason | None, profile_path: str | None, jp, os_id: str, system: OSRow | None,
+                  python: str, managed: ManagedChoice | None = None) -> Plan:
+    """One plan on one Python: the distribution's or platform's (managed None), or a managed one."""
+    target = profile.target
     indexes, index_plans = plan_indexes(profile, db)
     ctx = Ctx(
         profile=profile, db=db, gpu=gpu, os_id=os_id, system=system, python=python, count=count, interconnect=interconnect,
-        indexes=indexes,
+        indexes=indexes, managed=managed,
     )
-    if (
-        profile.software.python
-        and not pin_matches(profile.software.python, python)
-        and target.kind in ("baremetal", "cloud")
-    ):
-        raise IncompatibleError(
-            f"Python {profile.software.python} is not what {os_id} provides ({python}); provision builds the environment "
-            f"on the distribution's Python",
-            alternatives=[
-                f"drop software.python or pin {python}",
-                "an OS whose python3 is "
-                + profile.software.python
-                + ": "
-                + (", ".join(s.os_id for s in db.systems if pin_matches(profile.software.python, s.python)) or "none"),
-            ],
-            where=profile.name,
-        )
 
     peaks = ", ".join(
         f"{value:g} {unit}" if value is not None else f"{unit} unknown"

@@ -55,9 +55,10 @@ def pin_matches(pin: str | None, version: str) -> bool:
     """A pin '2.0' matches 2.0.1; '12' matches 12.6; '12.6' matches 12.6. Compared component-wise."""
     if pin is None:
         return True
-    want = V(pin).release
-    have = V(version).release
-    return have[: len(want)] == want
+    want, have = V(pin), V(version)
+    if want.post is not None and have.post != want.post:  # '2.15.0.post1' is that post-release, not 2.15.0
+        return False
+    return have.release[: len(want.release)] == want.release
 
 
 def in_range(value: str, low: str, high: str) -> bool:

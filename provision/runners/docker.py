@@ -10,7 +10,9 @@ Steps, each failing with one line that says what, where and what to do:
    Why here and not in the build: the build then needs no network (an air-gapped engine, a registry mirror
    for the base only), and the wheels of a plan are fetched once however often its layers are rebuilt.
 5. `make_context()`: a temporary directory with the Dockerfile, the wheels (hard links into the cache), the
-   verifier sources and the Jupyter launcher.
+   verifier sources and the Jupyter launcher; for a managed plan, the interpreter's archive under python/, fetched
+   and checked by `provision.interpreters.fetch` as for the hosts (`fetch_python()`, before the wheels: an archive
+   that is refused costs no download).
 6. `build()`: BuildKit through the Engine API (`stream_build`; provision.runners.buildkit reads its progress),
    streamed to a callback; returns id, size and labels.
 """
@@ -36,7 +38,7 @@ from typing import IO, Any
 
 from packaging.utils import parse_wheel_filename
 
-from provision import hashes
+from provision import hashes, interpreters
 from provision.errors import IncompatibleError, RunFailed, RunnerError
 from provision.models import Plan
 from provision.render.docker import (
@@ -45,6 +47,8 @@ from provision.render.docker import (
     base_without_cudnn,
     cudnn_in_base,
     frameworks_with_cudnn_wheels,
+    pin_python_archive,
+    python_archive,
     wheel_groups,
 )
 from provision.resources import share_dir
@@ -345,17 +349,51 @@ def _link_tree(src: Path, dest: Path) -> None:
             shutil.copy2(item, dest / item.name)
 
 
+@dataclass(frozen=True)
+class ContextArchive:
+    """A managed plan's interpreter for the build context: the checked file in the controller's cache, and the
+    Dockerfile that checks it against that file's sha256."""
+
+    source: Path  # provision.state.cache_root()/python/<archive>
+    dest: str  # its path in the build context (python/<archive>)
+    dockerfile: str
+
+
+def fetch_python(plan: Plan, dockerfile: str, progress: Progress) -> ContextArchive | None:
+    """The archive of a managed plan (None otherwise), fetched into the controller's cache and checked against the
+    database's sha256 or the named mirror's SHA256SUMS (interpreters.fetch: refused, exit 2, when it is neither),
+    with the Dockerfile pinned to the sha256 of that very file, so the image's check and the hosts' agree."""
+    archive = python_archive(plan)
+    if archive is None or plan.python.managed is None:
+        return None
+    path, sha256 = interpreters.fetch(plan.python.managed, log=progress)
+    progress(f"python: {archive.name}, sha256 {sha256[:12]}..., checked")
+    return ContextArchive(source=path, dest=archive.context_path, dockerfile=pin_python_archive(dockerfile, plan, sha256))
+
+
+def _link_file(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
+
+
 def verifier_source() -> Path:
     return Path(__file__).resolve().parent.parent / "verify"
 
 
-def make_context(dest: Path, dockerfile: str, wheel_dirs: dict[str, Path], *, tools: bool = True) -> Path:
-    """The build context: Dockerfile, wheels/<group>/ and, with `tools`, provision/{__init__.py,verify/} and
-    docker/jupyter_launch.py."""
+def make_context(dest: Path, dockerfile: str, wheel_dirs: dict[str, Path], *, tools: bool = True,
+                 python: ContextArchive | None = None) -> Path:
+    """The build context: Dockerfile, wheels/<group>/, a managed plan's python/<archive> and, with `tools`,
+    provision/{__init__.py,verify/} and docker/jupyter_launch.py."""
     (dest / "Dockerfile").write_text(dockerfile)
     (dest / ".dockerignore").write_text("**/__pycache__\n")
     for name, src in wheel_dirs.items():
         _link_tree(src, dest / "wheels" / name)
+    if python is not None:
+        _link_file(python.source, dest / python.dest)
     if not tools:
         return dest
     pkg = dest / "provision"
@@ -373,6 +411,7 @@ def make_context(dest: Path, dockerfile: str, wheel_dirs: dict[str, Path], *, to
 def build_context(plan: Plan, dockerfile: str, *, skip_frameworks: bool, api: Any,
                   progress: Progress) -> Iterator[Path]:
     """Fetch the wheels and lay out the context in a temporary directory (removed afterwards)."""
+    python = fetch_python(plan, dockerfile, progress)
     glibc = probe_glibc(api, plan.image.base_image)
     target = WheelTarget(python=plan.python.version, glibc=glibc, machine=PLATFORM_MACHINE[plan.image.platform])
     dirs = {g.name: fetch_wheels(g, target, progress) for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
@@ -380,7 +419,7 @@ def build_context(plan: Plan, dockerfile: str, *, skip_frameworks: bool, api: An
     tmp_root = cache_root() / "tmp"
     tmp_root.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=tmp_root) as tmp:
-        yield make_context(Path(tmp), dockerfile, dirs)
+        yield make_context(Path(tmp), python.dockerfile if python else dockerfile, dirs, python=python)
 
 
 _RUNTIME_FROM = re.compile(r"^FROM \S+ AS runtime$", re.M)
@@ -389,13 +428,14 @@ VENV_COPY = "COPY --from=venv "
 
 def split_stages(dockerfile: str, venv_image: str) -> tuple[str, str]:
     """The rendered Dockerfile as two builds: the `venv` stage alone, and the `runtime` stage copying from the
-    image that the first build tagged `venv_image`. Same instructions, same layers, same cache keys."""
+    image that the first build tagged `venv_image` (the environment, and a managed plan's interpreter before it).
+    Same instructions, same layers, same cache keys."""
     found = _RUNTIME_FROM.search(dockerfile)
-    if found is None or dockerfile.count(VENV_COPY) != 1:
+    venv, runtime = (dockerfile[:found.start()], dockerfile[found.start():]) if found else (dockerfile, "")
+    if found is None or VENV_COPY in venv or VENV_COPY not in runtime:
         raise RunFailed("the rendered Dockerfile has no `FROM ... AS runtime` stage copying from `venv`; "
                         "templates/Dockerfile.j2 and provision.runners.docker disagree (a provision bug: report it)")
-    runtime = dockerfile[found.start():].replace(VENV_COPY, f"COPY --from={venv_image} ")
-    return dockerfile[:found.start()], runtime
+    return venv, runtime.replace(VENV_COPY, f"COPY --from={venv_image} ")
 
 
 def _venv_tag(plan: Plan, venv_dockerfile: str, base_id: str, wheel_dirs: dict[str, Path]) -> str:
@@ -548,9 +588,13 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
     check_base_cudnn(plan, base, skip_frameworks=skip_frameworks, progress=progress)
     started = time.monotonic()
     platform = plan.image.platform or None
+    # The interpreter first: an archive nobody vouches for is refused before gigabytes of wheels are downloaded.
+    python = fetch_python(plan, dockerfile, progress)
     target = WheelTarget(python=plan.python.version, glibc=probe_glibc(api, plan.image.base_image),
                          machine=PLATFORM_MACHINE[plan.image.platform])
     dirs = {g.name: fetch_wheels(g, target, progress) for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
+    if python is not None:
+        dockerfile = python.dockerfile  # checks the archive the context holds: the database's, or the mirror's build
     venv_part = split_stages(dockerfile, "")[0]
     venv_image = _venv_tag(plan, venv_part, base["Id"], dirs)
     _, runtime_part = split_stages(dockerfile, venv_image)
@@ -561,7 +605,7 @@ def build(plan: Plan, dockerfile: str, *, tag: str, no_cache: bool = False, skip
     progress(f"building {tag} from {plan.image.base_image} ({plan.image.platform})")
     if no_cache or not _image_exists(api, venv_image):
         with tempfile.TemporaryDirectory(prefix=f"venv-{plan.profile}-", dir=tmp_root) as tmp:
-            ctx = make_context(Path(tmp), venv_part, dirs, tools=False)
+            ctx = make_context(Path(tmp), venv_part, dirs, tools=False, python=python)
             c, r = stream_build(api, ctx, venv_image, no_cache=no_cache, platform=platform, progress=progress, log=log)
             cached, ran = cached + c, ran + r
     else:
@@ -589,14 +633,16 @@ def default_tag(plan: Plan, *, skip_frameworks: bool = False) -> str:
 def write_context(plan: Plan, dockerfile: str, dest: Path, *, skip_frameworks: bool, progress: Progress) -> Path:
     """The whole build context in `dest` (`provision render -o DIR --image-context`), so that `docker build DIR`
     builds the image without provision: the Dockerfile, wheels/<group>/ (downloaded once into the cache for the
-    base image's Python and C library, then linked), provision/verify and the Jupyter launcher."""
+    base image's Python and C library, then linked), a managed plan's python/<archive> (fetched and checked into
+    the cache; the Dockerfile is rewritten to check that file's sha256), provision/verify and the Jupyter launcher."""
     api = connect()
     check_platform(api, plan)
     ensure_base(api, plan.image.base_image, progress)
+    python = fetch_python(plan, dockerfile, progress)  # refused (exit 2) before any wheel is downloaded
     target = WheelTarget(python=plan.python.version, glibc=probe_glibc(api, plan.image.base_image),
                          machine=PLATFORM_MACHINE[plan.image.platform])
     dirs = {g.name: fetch_wheels(g, target, progress) for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
     dest.mkdir(parents=True, exist_ok=True)
-    for part in ("wheels", "provision", "docker"):  # what an earlier --image-context wrote here
+    for part in ("wheels", "provision", "docker", "python"):  # what an earlier --image-context wrote here
         shutil.rmtree(dest / part, ignore_errors=True)
-    return make_context(dest, dockerfile, dirs)
+    return make_context(dest, python.dockerfile if python else dockerfile, dirs, python=python)

@@ -5,6 +5,7 @@ Golden files are rewritten with `pytest --update-golden` (review the diff before
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -13,21 +14,51 @@ from pathlib import Path
 import pytest
 from support.plans import HAND_BUILT, aws_p2, deskmini, jetson_orin_nano, real_plan
 
-from provision.errors import IncompatibleError, UsageError
-from provision.models import Plan
+from provision.errors import IncompatibleError, RefusedError, UsageError
+from provision.models import ManagedPython, Plan, PythonPlan
 from provision.render.docker import (
     CUDNN_WHEEL_PREFIX,
     WheelGroup,
     base_has_cudnn,
     base_kind,
     base_without_cudnn,
+    pin_python_archive,
+    python_archive,
     render_dockerfile,
     wheel_groups,
     with_base_image,
 )
-from provision.runners.docker import WheelTarget, check_base_cudnn, leave_out_wheels, wheel_dir
+from provision.runners.docker import (
+    WheelTarget,
+    check_base_cudnn,
+    fetch_python,
+    leave_out_wheels,
+    make_context,
+    split_stages,
+    wheel_dir,
+)
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+
+# A managed interpreter as the resolver names one (fixture values, not the live data/python.yaml).
+MANAGED = ManagedPython(
+    version="3.11.16", build="20260814",
+    archive="cpython-3.11.16+20260814-x86_64-unknown-linux-gnu-install_only_stripped.tar.gz",
+    sha256="3b437f08720d3ddd9c1904532476ec9fb373e800d1598c72c907dd6d5f29b79b",
+    url="https://github.com/astral-sh/python-build-standalone/releases/download/20260814/"
+        "cpython-3.11.16%2B20260814-x86_64-unknown-linux-gnu-install_only_stripped.tar.gz",
+    prefix="/opt/provision/python/cpython-3.11.16+20260814",
+)
+
+
+def deskmini_managed(managed: ManagedPython = MANAGED) -> Plan:
+    """The DeskMini with a managed Python 3.11 (a pin the distribution's python3 does not fit, as torch 2.1.2 on
+    Debian 13): no python3 packages, the interpreter under the managed prefix. Checked as a Plan is when made."""
+    plan = deskmini()
+    python = PythonPlan(version="3.11", source="managed", interpreter=f"{managed.prefix}/bin/python3.11", packages=(),
+                        venv=plan.python.venv, managed=managed)
+    cuda = plan.cuda.model_copy(update={"home": plan.cuda.home.replace("python3.13", "python3.11")})
+    return Plan.model_validate({**plan.model_dump(), "python": python.model_dump(), "cuda": cuda.model_dump()})
 
 # (golden name, plan builder, base image override). The local Debian bases are what this machine builds from.
 CASES = {
@@ -36,6 +67,8 @@ CASES = {
     "aws-p2": (aws_p2, None),
     "aws-p2-debian12": (aws_p2, "provision/debian:12"),
     "jetson-orin-nano": (jetson_orin_nano, None),
+    "deskmini-managed": (deskmini_managed, None),
+    "deskmini-managed-debian13": (deskmini_managed, "provision/debian:13"),
 }
 SHIPPED = ["deskmini", "aws-p2", "colab", "jetson-nano", "jetson-orin-nano", "h100"]
 
@@ -354,3 +387,125 @@ def test_the_frameworks_label_names_jax_by_its_extra_not_a_local_version(tmp_pat
     assert f'io.provision.frameworks="jax[{fw.variant}]=={fw.version}"' in dockerfile
     assert f"+{fw.variant}" not in dockerfile
     assert 'io.provision.frameworks="torch==2.0.1+cu117"' in render_dockerfile(aws_p2())
+
+
+# --- a managed interpreter ----------------------------------------------------------------------------------------
+
+def _stages(text: str) -> tuple[str, str]:
+    venv, runtime = text.split(" AS runtime\n", 1)
+    return venv, runtime
+
+
+@pytest.mark.parametrize("name", ["deskmini-managed", "deskmini-managed-debian13"])
+def test_the_venv_stage_checks_and_unpacks_the_managed_archive(name: str) -> None:
+    """The archive comes from the build context, is checked with sha256sum against the plan's sha256, unpacked
+    root-owned to the prefix (no owners or modes from the archive, no write access but root's), and its
+    interpreter makes the environment."""
+    build, base = CASES[name]
+    plan = with_base_image(build(), base)
+    venv, runtime = _stages(render_dockerfile(plan))
+    managed = MANAGED
+    tmp = f"/tmp/python/{managed.archive}"
+    lines = venv.splitlines()
+    copy = lines.index(f"COPY python/{managed.archive} {tmp}")
+    assert lines[copy + 1] == f"RUN echo '{managed.sha256}  {tmp}' > /tmp/python/SHA256SUMS \\"
+    assert lines[copy + 2] == " && sha256sum --check --strict /tmp/python/SHA256SUMS \\"
+    step = "\n".join(lines[copy + 1:]).split("\n\n", 1)[0]
+    assert f"tar -xzf {tmp} -C {managed.prefix} --strip-components=1" in step
+    assert "--no-same-owner --no-same-permissions python" in step
+    assert f"chmod -R go-w {managed.prefix}" in step and "rm -rf /tmp/python" in step
+    assert f'if [ "$found" != {plan.python.version} ]' in step
+    # Checked before it is unpacked; unpacked before the environment is made with it.
+    assert step.index("sha256sum") < step.index("tar -xzf")
+    assert venv.index("sha256sum --check") < venv.index(f"RUN {managed.prefix}/bin/python3.11 -m venv {plan.python.venv}")
+    assert "/tmp/python" not in runtime and "sha256sum" not in runtime
+
+
+@pytest.mark.parametrize("name", ["deskmini-managed", "deskmini-managed-debian13"])
+def test_the_runtime_stage_copies_the_interpreter_before_the_environment(name: str) -> None:
+    build, base = CASES[name]
+    plan = with_base_image(build(), base)
+    _, runtime = _stages(render_dockerfile(plan))
+    prefix_copy = f"COPY --from=venv {MANAGED.prefix} {MANAGED.prefix}\n"
+    venv_copy = f"COPY --from=venv {plan.python.venv} {plan.python.venv}\n"
+    assert runtime.count(prefix_copy) == 1 and runtime.count(venv_copy) == 1
+    assert runtime.index(prefix_copy) < runtime.index(venv_copy)
+    assert not re.search(r"^COPY .*--chown", runtime, re.M)  # root's as unpacked in stage 1: the account cannot change it
+
+
+def test_a_system_python_plan_has_no_archive() -> None:
+    plan = with_base_image(deskmini(), "provision/debian:13")
+    text = render_dockerfile(plan)
+    assert python_archive(plan) is None
+    assert "sha256sum" not in text and "python-build-standalone" not in text and "/opt/provision/python" not in text
+    assert text.count("COPY --from=venv ") == 1
+
+
+def test_the_managed_plan_installs_no_python_packages() -> None:
+    """The environment's interpreter is the archive's: the apt step installs only the image's own list."""
+    plan = with_base_image(deskmini_managed(), "provision/debian:13")
+    venv, _ = _stages(render_dockerfile(plan))
+    assert "      ca-certificates \\\n" in venv
+    assert "python3" not in re.findall(r"^      (\S+) \\$", venv, re.M)
+
+
+def test_a_mirrors_build_of_the_archive_is_checked_by_its_own_sha256() -> None:
+    """`provision build` and `render --image-context` pin the Dockerfile to the sha256 of the file the context holds:
+    the database's, or the one the named mirror's SHA256SUMS vouched for. Only the SHA256SUMS line changes."""
+    plan = deskmini_managed()
+    text = render_dockerfile(plan)
+    assert pin_python_archive(text, plan, MANAGED.sha256) == text
+    other = hashlib.sha256(b"a mirror's build").hexdigest()
+    pinned = pin_python_archive(text, plan, other)
+    assert f"RUN echo '{other}  /tmp/python/{MANAGED.archive}' > /tmp/python/SHA256SUMS" in pinned
+    assert MANAGED.sha256 not in pinned
+    assert [a for a, b in zip(text.splitlines(), pinned.splitlines(), strict=True) if a != b] == [
+        f"RUN echo '{MANAGED.sha256}  /tmp/python/{MANAGED.archive}' > /tmp/python/SHA256SUMS \\"]
+    with pytest.raises(UsageError, match="not a sha256"):
+        pin_python_archive(text, plan, "$(id)")
+    with pytest.raises(UsageError, match="does not check"):
+        pin_python_archive(text.replace(MANAGED.sha256, "0" * 64), plan, other)
+
+
+def test_split_stages_sends_both_copies_to_the_environment_image() -> None:
+    text = render_dockerfile(with_base_image(deskmini_managed(), "provision/debian:13"))
+    venv, runtime = split_stages(text, "provision-venv/deskmini:0123")
+    assert "sha256sum --check" in venv and "COPY --from=" not in venv
+    assert f"COPY --from=provision-venv/deskmini:0123 {MANAGED.prefix} {MANAGED.prefix}\n" in runtime
+    assert "COPY --from=provision-venv/deskmini:0123 /opt/provision/venv /opt/provision/venv\n" in runtime
+    assert "--from=venv" not in runtime
+
+
+def _mirror(tmp_path: Path, content: bytes, sums: bytes | None = None) -> Path:
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / MANAGED.archive).write_bytes(content)
+    (mirror / "SHA256SUMS").write_text(f"{hashlib.sha256(sums or content).hexdigest()}  {MANAGED.archive}\n")
+    return mirror
+
+
+def test_the_build_context_holds_the_checked_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --python-mirror DIR: the archive is fetched into the cache (interpreters.fetch), linked into the context
+    as python/<archive> (the Dockerfile's COPY source), and the Dockerfile checks that file's sha256."""
+    monkeypatch.setenv("PROVISION_CACHE", str(tmp_path / "cache"))
+    content = b"a stand-in archive"
+    plan = deskmini_managed(MANAGED.model_copy(update={"mirror": str(_mirror(tmp_path, content))}))
+    seen: list[str] = []
+    python = fetch_python(plan, render_dockerfile(plan), seen.append)
+    assert python is not None and python.dest == f"python/{MANAGED.archive}"
+    (tmp_path / "ctx").mkdir()
+    ctx = make_context(tmp_path / "ctx", python.dockerfile, {}, tools=False, python=python)
+    assert (ctx / python.dest).read_bytes() == content
+    dockerfile = (ctx / "Dockerfile").read_text()
+    copy = re.search(r"^COPY (python/\S+) ", dockerfile, re.M)
+    assert copy and (ctx / copy.group(1)).is_file()
+    assert f"RUN echo '{hashlib.sha256(content).hexdigest()}  /tmp/python/{MANAGED.archive}'" in dockerfile
+    assert fetch_python(deskmini(), "", seen.append) is None  # the distribution's python3: nothing to fetch
+
+
+def test_an_archive_nobody_vouches_for_is_refused_before_the_build(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROVISION_CACHE", str(tmp_path / "cache"))
+    plan = deskmini_managed(MANAGED.model_copy(update={"mirror": str(_mirror(tmp_path, b"tampered", b"original"))}))
+    with pytest.raises(RefusedError, match="refused"):
+        fetch_python(plan, render_dockerfile(plan), lambda line: None)

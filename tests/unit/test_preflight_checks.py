@@ -241,3 +241,65 @@ def test_a_failed_package_script_prints_its_own_line_not_only_apts():
     assert task_line(event) == ("h", "packages | Install", "failed", said)
     # Without dpkg's lines, apt's own words stay.
     assert "returned an error code" in failure_message({**res, "stdout": ""})
+
+
+# --- dpkg work left unfinished (issue 39): provision's own is finished by the run, anyone else's is refused -------
+
+LEFT = """Package: python3-apt
+Status: install ok unpacked
+Version: 2.9.3
+
+Package: libapt-pkg7.0
+Status: install ok half-configured
+Version: 2.9.33
+
+Package: bash
+Status: install ok installed
+Version: 5.2.37-2
+"""
+
+
+def _ledger(tmp_path: Path, pending: dict | None, owned: tuple[str, ...] = ()) -> Path:
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps({"schema": "provision.ledger/1", "pending": pending,
+                                "packages": {name: {"version": "1"} for name in owned}}))
+    path.chmod(0o644)
+    return path
+
+
+def test_unfinished_lists_every_interrupted_state():
+    assert facts.unfinished(facts.parse_dpkg_status(LEFT)) == {"python3-apt": "2.9.3", "libapt-pkg7.0": "2.9.33"}
+
+
+@pytest.mark.parametrize(("pending", "owned", "own"), [
+    ({"packages": {"bash": "5.2.37-2"}}, (), True),  # both were absent when provision's apply began
+    ({"packages": {"bash": "5.2.37-2", "libapt-pkg7.0": "2.9.33"}}, (), False),  # that one was there already
+    ({"packages": {"bash": "5.2.37-2", "libapt-pkg7.0": "2.9.33"}}, ("libapt-pkg7.0",), True),  # owned: replacing
+    ({"packages": {"libapt-pkg7.0": "2.9.30"}}, (), True),  # provision was upgrading it
+    (None, (), False),  # no apply of provision's began: someone else's
+], ids=["installing", "there-before", "owned", "upgrading", "no-pending-note"])
+def test_unfinished_work_is_provisions_only_inside_its_own_interrupted_apply(pending, owned, own):
+    left = facts.unfinished(facts.parse_dpkg_status(LEFT))
+    assert facts.provisions_unfinished(left, pending, frozenset(owned)) is own
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the ledger is read only when root owns it: this run is not root")
+@pytest.mark.parametrize("pending", [None, {"packages": {"bash": "5.2.37-2"}, "wheels": {}, "absent": []}],
+                         ids=["foreign", "provisions"])
+def test_the_preflight_refuses_foreign_unfinished_work_and_passes_provisions_on(tmp_path, monkeypatch, pending):
+    status = tmp_path / "status"
+    status.write_text(LEFT)
+    monkeypatch.setattr(facts, "DPKG_STATUS", str(status))
+    monkeypatch.setattr(facts, "dpkg_journal", lambda: False)
+    monkeypatch.setattr(facts, "read_sources", lambda: [])
+    out = facts.read_preflight({"ledger": str(_ledger(tmp_path, pending))})
+    if pending is None:
+        assert out["found"]["provision_unfinished"] == []
+        assert len(out["refusals"]) == 1 and "libapt-pkg7.0" in out["refusals"][0]
+        assert "`sudo dpkg --configure -a`" in out["refusals"][0]
+    else:
+        assert out["refusals"] == [] and out["found"]["provision_unfinished"] == ["libapt-pkg7.0", "python3-apt"]
+    # An interrupted unpack alone, not provision's: refused too, naming the package and the command.
+    status.write_text(LEFT.replace("half-configured", "installed"))
+    out = facts.read_preflight({"ledger": str(_ledger(tmp_path, None))})
+    assert len(out["refusals"]) == 1 and "python3-apt" in out["refusals"][0] and "not start" in out["refusals"][0]
