@@ -62,7 +62,7 @@ def build(
             # the steps' output stay in the status line); a failure then ends with its one `error:` line. The
             # pull of a missing base shows in the status only, so that a base that cannot be had fails with
             # that one line alone.
-            if runner.is_step_line(line) or line.startswith(("downloading", "wheels for", "building", "environment")):
+            if runner.is_step_line(line) or line.startswith(("downloading", "wheels for", "building", "environment", "python:")):
                 err.print(line, markup=False, style="dim" if line.startswith("CACHED ") else None)
 
         result = runner.build(plan, dockerfile, tag=image_tag, no_cache=no_cache, skip_frameworks=skip_frameworks,
