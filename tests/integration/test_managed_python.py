@@ -111,6 +111,7 @@ def test_the_pin_gets_its_interpreter_and_the_environment_runs_on_it(host):
     assert changed(again.stdout) == 0, again.stdout[-3000:]
 
 
+@pytest.mark.long  # two environments made again, each with its CUDA, cuDNN and Jupyter wheels: ~10 min on 2 cores
 def test_back_to_the_system_python_and_to_the_managed_one_again(host):
     prefix = host["plan"].python.managed.prefix
     proc = apply(host, str(PROFILE))  # torch unpinned: the distribution's Python 3.13 fits
