@@ -237,7 +237,7 @@ def test_framework_python_range_must_hold_the_os_python():
 
 def test_python_pin_other_than_the_os_python_needs_a_managed_build():
     # The fixture database lists no python-build-standalone build: the pin is refused, saying so. (With the shipped
-    # data such a pin takes a managed interpreter: tests/unit/test_managed_python.py.)
+    # data such a pin takes a managed interpreter: tests/unit/test_python_choice.py.)
     with pytest.raises(IncompatibleError, match="debian-12 has 3.11, and python-build-standalone ships no 3.12"):
         resolve(profile(python="3.12"), DB)
 
