@@ -9,7 +9,6 @@ starts, and the file is deleted. The roles check the same hashes again on the ho
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -18,10 +17,11 @@ import urllib.request
 from pathlib import Path
 
 from provision.errors import RefusedError, RunnerError
+from provision.hashes import HASHES_FILE, sha256_file
 from provision.models import ManagedPython
 from provision.state import cache_root
 
-SUMS = "SHA256SUMS"
+SUMS = HASHES_FILE
 TIMEOUT_S = 60
 _SUM_LINE = re.compile(r"([0-9a-f]{64})\s+\*?(\S+)")
 
@@ -66,14 +66,6 @@ def source(managed: ManagedPython) -> str:
     return managed.url
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch(managed: ManagedPython, *, log=None) -> tuple[Path, str]:
     """The archive in the controller's cache, checked: (path, its sha256). Downloaded (or copied from a mirror
     directory) to a partial file that is renamed only once whole and matching, so a cut download is never used.
@@ -83,7 +75,7 @@ def fetch(managed: ManagedPython, *, log=None) -> tuple[Path, str]:
     cache.mkdir(parents=True, exist_ok=True)
     final = cache / managed.archive
     if final.is_file():
-        have = _sha256(final)
+        have = sha256_file(final)
         if have in hashes:
             return final, have
         final.unlink()  # another mirror's build of the same name, or damaged: read it again
@@ -101,7 +93,7 @@ def fetch(managed: ManagedPython, *, log=None) -> tuple[Path, str]:
         partial.unlink(missing_ok=True)
         raise RunnerError(f"python: cannot read {where}: {getattr(exc, 'reason', None) or exc} (name a mirror that has "
                           "it: --python-mirror DIR|URL, or provision_python_mirror in the inventory)") from None
-    have = _sha256(partial)
+    have = sha256_file(partial)
     if have not in hashes:
         partial.unlink()
         named = " nor the mirror's SHA256SUMS" if managed.mirror else ""

@@ -688,20 +688,24 @@ def provisions_unfinished(left: dict[str, str], pending: dict | None, owned: fro
     return all(before.get(name) != version or name in owned for name, version in left.items())
 
 
-def ledger_pending(path: str) -> dict | None:
-    """The pending note of the host's ledger (an apply of provision's began and did not finish), read only from a
-    root-owned file no one else can write; None when there is none."""
+def read_ledger(path: str) -> dict:
+    """The host's ledger (provision_ledger), read only from a root-owned file no one else can write; {} otherwise."""
     if not path:
-        return None
+        return {}
     try:
         with open(path, encoding="utf-8") as handle:
             st = os.fstat(handle.fileno())
             if st.st_uid != 0 or st.st_mode & 0o022:
-                return None
+                return {}
             data = json.load(handle)
     except (OSError, ValueError):
-        return None
-    pending = data.get("pending") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def ledger_pending(path: str) -> dict | None:
+    """The pending note of the host's ledger (an apply of provision's began and did not finish); None when none."""
+    pending = read_ledger(path).get("pending")
     return pending if isinstance(pending, dict) else None
 
 
@@ -982,17 +986,7 @@ def names(items: list[str]) -> str:
 def ledger_packages(path: str) -> list[str]:
     """The Debian packages the host's ledger (provision_ledger) says provision installed: an earlier plan's driver
     branch is provision's to replace, not a foreign stack. Read only from a root-owned file no one else can write."""
-    if not path:
-        return []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            st = os.fstat(handle.fileno())
-            if st.st_uid != 0 or st.st_mode & 0o022:
-                return []
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return []
-    packages = data.get("packages") if isinstance(data, dict) else None
+    packages = read_ledger(path).get("packages")
     return sorted(str(name) for name in packages) if isinstance(packages, dict) else []
 
 
