@@ -34,6 +34,7 @@ from typing import Any
 from provision import procs, tunnel
 from provision.errors import RunnerError, UsageError
 from provision.procs import run_tool, run_tool_streamed
+from provision.state import cache_lock
 from provision.state import cache_root as cache_root  # re-exported: where tests and callers find it
 
 # Debian releases this machine can execute; codenames are facts about Debian, kept beside the per-OS data.
@@ -115,6 +116,15 @@ def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress
     tag = base_image_tag(release)
     if not rebuild and _image_recipe(tag) == BASE_RECIPE:
         return tag
+    # One build at a time per release: a second command started meanwhile waits, then finds the image made.
+    with cache_lock(f"base-image-{release}"):
+        if not rebuild and _image_recipe(tag) == BASE_RECIPE:
+            return tag
+        _build_base_image(release, tag, log=log, progress=progress)
+    return tag
+
+
+def _build_base_image(release: str, tag: str, *, log=None, progress=None) -> None:
     if os.geteuid() != 0:
         raise RunnerError(f"building the sandbox base image {tag} needs root (debootstrap and chroot): run "
                           "scripts/bootstrap.sh as root once, or build it elsewhere and `docker load` it")
@@ -189,7 +199,6 @@ def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress
             )
         finally:
             tar.wait()
-    return tag
 
 
 def trust_controller_cas(root: Path) -> None:
@@ -222,9 +231,14 @@ def ssh_dir() -> Path:
 def ssh_key() -> Path:
     """The controller's key for sandboxes (made once): the key a user's machine would have in authorized_keys."""
     key = ssh_dir() / "id_ed25519"
-    if not key.is_file():
-        run_tool(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "provision-sandbox", "-f", str(key)],
-             "make the sandbox SSH key")
+    if key.is_file() and key.with_suffix(".pub").is_file():
+        return key
+    with cache_lock("sandbox-ssh-key"):  # made once, not by two commands at the same time
+        if not (key.is_file() and key.with_suffix(".pub").is_file()):
+            key.unlink(missing_ok=True)  # half of a pair: ssh-keygen would ask whether to overwrite it
+            key.with_suffix(".pub").unlink(missing_ok=True)
+            run_tool(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "provision-sandbox", "-f", str(key)],
+                     "make the sandbox SSH key")
     return key
 
 
@@ -240,14 +254,15 @@ def pin_host_key(port: int, public_key: str | None) -> None:
     """Replace what known_hosts says for 127.0.0.1:port (None: forget it)."""
     path = known_hosts()
     pattern = _host_pattern(port)
-    lines = path.read_text().splitlines() if path.is_file() else []
-    kept = [ln for ln in lines if ln.split(" ", 1)[0] != pattern]
-    if public_key:
-        kind, blob = public_key.split()[:2]
-        kept.append(f"{pattern} {kind} {blob}")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text("".join(f"{ln}\n" for ln in kept))
-    tmp.replace(path)
+    with cache_lock("sandbox-known-hosts"):  # read, change, replace: two commands' changes must both stay
+        lines = path.read_text().splitlines() if path.is_file() else []
+        kept = [ln for ln in lines if ln.split(" ", 1)[0] != pattern]
+        if public_key:
+            kind, blob = public_key.split()[:2]
+            kept.append(f"{pattern} {kind} {blob}")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text("".join(f"{ln}\n" for ln in kept))
+        tmp.replace(path)
 
 
 @dataclass(frozen=True)
@@ -367,20 +382,33 @@ def fill_wheelhouse(plan, *, skip_frameworks: bool = False, log=None) -> bool:
     stamp = wheels / f".complete-{key}"
     if stamp.exists():
         return True
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", str(wheels),
-           "--only-binary", ":all:", "--python-version", plan.python.version, "--implementation", "cp",
-           *[arg for tag in _PLATFORMS for arg in ("--platform", tag)], *reqs]
-    if plan.pip_index_url:  # the plan's PyPI mirror (software.indexes.pypi, --index pypi=URL)
-        cmd += ["--index-url", plan.pip_index_url]
-    if log:
-        log(f"wheelhouse: downloading {len(reqs)} requirement(s) for Python {plan.python.version} into {wheels}")
-    # In a session of its own, stopped with everything it started on Ctrl-C, SIGTERM or an error (provision.procs).
-    proc = procs.run(cmd)
-    if proc.returncode != 0:
+    # pip download into one folder by one command at a time (two would write the same wheel); whoever waited
+    # finds the stamp, or downloads only what its plan adds.
+    with cache_lock("wheelhouse"):
+        return stamp.exists() or _download_wheels(plan, reqs, wheels, stamp, log)
+
+
+def _download_wheels(plan, reqs: list[str], wheels: Path, stamp: Path, log) -> bool:
+    # Into a folder beside the wheelhouse, then each new wheel renamed in whole: a sandbox installing from the
+    # wheelhouse meanwhile never reads a wheel half written. The wheels already there are found, not downloaded.
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=wheels.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", tmp,
+               "--find-links", str(wheels), "--only-binary", ":all:", "--python-version", plan.python.version,
+               "--implementation", "cp", *[arg for tag in _PLATFORMS for arg in ("--platform", tag)], *reqs]
+        if plan.pip_index_url:  # the plan's PyPI mirror (software.indexes.pypi, --index pypi=URL)
+            cmd += ["--index-url", plan.pip_index_url]
         if log:
-            log("wheelhouse: incomplete, hosts download from the index: "
-                + " | ".join(proc.stderr.strip().splitlines()[-2:]))
-        return False
+            log(f"wheelhouse: downloading {len(reqs)} requirement(s) for Python {plan.python.version} into {wheels}")
+        # In a session of its own, stopped with everything it started on Ctrl-C, SIGTERM or an error (provision.procs).
+        proc = procs.run(cmd)
+        if proc.returncode != 0:
+            if log:
+                log("wheelhouse: incomplete, hosts download from the index: "
+                    + " | ".join(proc.stderr.strip().splitlines()[-2:]))
+            return False
+        for wheel in Path(tmp).iterdir():
+            if not (wheels / wheel.name).exists():
+                os.replace(wheel, wheels / wheel.name)
     stamp.write_text("\n".join(reqs) + "\n")
     return True
 
@@ -436,9 +464,11 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
         *cache_mounts(release, name),
     ]
     # A port of its own, fixed for the container's life: a host that reboots (docker restart) keeps its address.
-    cmd += ["--publish", f"127.0.0.1:{free_port()}:22", "--hostname", hostname or name]
-    cmd += [*(extra_args or []), tag, "/sbin/init"]
-    run_tool(cmd, f"start sandbox {name}")
+    # Chosen and bound under one lock: two sandboxes started at once would otherwise be handed the same free port.
+    with cache_lock("sandbox-ports"):
+        cmd += ["--publish", f"127.0.0.1:{free_port()}:22", "--hostname", hostname or name]
+        cmd += [*(extra_args or []), tag, "/sbin/init"]
+        run_tool(cmd, f"start sandbox {name}")
     wait_ready(name)
     # What a cloud provider's first boot does (cloud-init): the user's key and sudo rule (host keys: the image).
     sudo_rule = f"{ADMIN} ALL=(ALL:ALL) " + ("ALL" if sudo_password else "NOPASSWD:ALL")

@@ -45,6 +45,22 @@ def cache_root() -> Path:
     return root
 
 
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """An exclusive flock on cache_root()/locks/<name>.lock while something shared on this controller is made or
+    changed: a base image, the sandboxes' SSH key and known_hosts, the wheelhouse, a port chosen for a sandbox or a
+    tunnel. Two provision commands (two admins, or test workers side by side) take turns there; whoever waited
+    finds the work done. Blocking; released when the block ends or the process dies."""
+    locks = cache_root() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(locks / f"{_safe(name)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _safe(name: str) -> str:
     """A host name as one path component (inventory names may hold '/', ':' or '..')."""
     safe = re.sub(r"[^A-Za-z0-9._@-]", "_", name)

@@ -148,7 +148,13 @@ def open_tunnel(host: str, ssh: list[str], remote_port: int, *, taken: set[int] 
         return current
     if current is not None:
         stop(host)
-    taken = (taken or set()) | {t.local_port for t in all_tunnels()}
+    # The port is chosen, and the tunnel started and found listening, under one lock on this controller: two
+    # applies at once (another admin, another PROVISION_STATE) would otherwise both take the first free port.
+    with state.cache_lock("tunnel-ports"):
+        return _start(host, ssh, remote_port, (taken or set()) | {t.local_port for t in all_tunnels()}, timeout)
+
+
+def _start(host: str, ssh: list[str], remote_port: int, taken: set[int], timeout: float) -> Tunnel:
     port = free_port(remote_port, taken)
     root = tunnels_dir()
     root.mkdir(parents=True, exist_ok=True)

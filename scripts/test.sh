@@ -7,4 +7,12 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PROVISION_REQUIRE_DOCKER=1   # Docker tests must run here, never skip
 export PATH="$PWD/.venv/bin:$PATH"
-exec .venv/bin/python -m pytest "$@"
+# Side by side in PROVISION_TEST_WORKERS processes (default 3: most of the time is spent waiting on apt, pip, SSH and
+# Docker, which overlap even on 2 cores). A module's tests stay on one worker, with the modules that share its host
+# (tests/conftest.py); the longest groups start first. PROVISION_TEST_WORKERS=0: one process, in file order.
+workers=${PROVISION_TEST_WORKERS:-3}
+parallel=()
+if [ "$workers" != 0 ]; then
+  parallel=(-n "$workers" --dist loadgroup)
+fi
+exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
