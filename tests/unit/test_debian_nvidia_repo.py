@@ -11,7 +11,7 @@ import pytest
 from provision.compat import CompatDB
 from provision.errors import IncompatibleError
 from provision.resolver import resolve
-from tests.fixtures.small_db import S, TABLES, gpu
+from tests.fixtures.small_db import TABLES, S, gpu
 from tests.unit.test_resolver import profile
 
 URL = "https://example.invalid/nvidia/{slug}/{arch}/"
