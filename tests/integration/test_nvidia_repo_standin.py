@@ -8,7 +8,10 @@ extra-vars (the only inputs that differ from a real Debian plan of an RTX 5090).
 that plan (preflight, ledger, nvidia_driver, host_record): a foreign entry for the repository is refused before any
 change; then the keyring package (its key checked by fingerprint) adds the entry and keyring, contrib is enabled,
 the apt preferences hold the branch (610 is offered, 595 is installed and stays the candidate), the ledger owns the
-keyring and the packages; a second run changes nothing; and destroy leaves the sources as they were.
+keyring and the packages; a second run changes nothing; and destroy leaves the sources as they were. Then the GPU
+swap: an RTX 4090 plan (Debian's R550 user space, from Debian's archive) to the RTX 5090 plan and back, one apply
+each, with no 550 package left beside the repository's and the repository's entry and keyring gone on the way back.
+About 2 minutes on 2 cores (2026-11-26: 105 s).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-nvrepo"
 PORT = 8041
 URL = f"http://127.0.0.1:{PORT}/"
 PREF = "/etc/apt/preferences.d/provision-nvidia-driver.pref"
-PROFILE = """name: rtx5090-nvrepo
+PROFILE = """name: nvrepo-swap
 hardware:
-  gpu: {model: GeForce RTX 5090}
+  gpu: {model: {gpu}}
   cpu: {model: AMD Ryzen 9 9950X, flags: [avx, avx2, fma, sse4_2]}
   memory_gb: 64
 target:
@@ -80,24 +83,26 @@ def host(tmp_path_factory):
     assert subprocess.run(["docker", "cp", str(tmp / "repo"), f"{NAME}:/srv/standin"]).returncode == 0
     subprocess.run(["docker", "exec", "-d", NAME, "python3", "-m", "http.server", str(PORT), "--bind", "127.0.0.1",
                     "--directory", "/srv/standin"], check=True)
-    (tmp / "rtx5090.yaml").write_text(PROFILE)
-    out = tmp / "out"
-    rendered = run([sys.executable, "-m", "provision", "render", str(tmp / "rtx5090.yaml"), "-o", str(out), "-i",
-                    str(tmp / "inventory.yml")], ROOT, env)
-    assert rendered.returncode == 0, rendered.stdout[-2000:] + rendered.stderr[-2000:]
-    # The stand-in's URL and key, in place of NVIDIA's; nothing else differs from the rendered plan.
+    outs = {}
+    for key, gpu in (("repo", "GeForce RTX 5090"), ("debian", "GeForce RTX 4090")):
+        (tmp / f"{key}.yaml").write_text(PROFILE.replace("{gpu}", gpu))
+        outs[key] = tmp / f"out-{key}"
+        rendered = run([sys.executable, "-m", "provision", "render", str(tmp / f"{key}.yaml"), "-o", str(outs[key]),
+                        "-i", str(tmp / "inventory.yml")], ROOT, env)
+        assert rendered.returncode == 0, rendered.stdout[-2000:] + rendered.stderr[-2000:]
+    # The stand-in's URL and key, in place of NVIDIA's; nothing else differs from the rendered plans.
     (tmp / "standin.json").write_text(json.dumps({
         "__nvidia_driver_repo_url": URL, "__nvidia_driver_repo_key_fingerprint": fpr,
         "__nvidia_driver_repo_keyring_sha256": {}, "__preflight_nvidia_repo": URL,
     }))
-    yield {"env": env, "out": out, "extra": f"@{tmp / 'standin.json'}", "fpr": fpr,
-           "profile": str(tmp / "rtx5090.yaml"), "inventory": str(tmp / "inventory.yml")}
+    yield {"env": env, "outs": outs, "extra": f"@{tmp / 'standin.json'}", "fpr": fpr,
+           "profile": str(tmp / "repo.yaml"), "inventory": str(tmp / "inventory.yml")}
     sandbox.remove(NAME)
 
 
-def playbook(host: dict, *args: str) -> subprocess.CompletedProcess:
+def playbook(host: dict, *args: str, plan: str = "repo") -> subprocess.CompletedProcess:
     return run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-e", host["extra"], *args],
-               host["out"], host["env"])
+               host["outs"][plan], host["env"])
 
 
 TAGS = ("--tags", "preflight,ledger,nvidia_driver,host_record")
@@ -137,3 +142,31 @@ def test_standin_repository_sources_pin_keyring_preflight_ledger_and_destroy(hos
     assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
     assert sources() == stock
     assert not {"cuda-keyring", "nvidia-driver-cuda"} & set(dpkg())
+
+
+def test_debian_r550_to_the_repository_and_back_converge_in_one_apply_each(host):
+    """After the first test's destroy: the RTX 4090 plan (Debian's R550 user space), the GPU swapped for an RTX 5090
+    (the repository's R595), back to the RTX 4090; Debian's nvidia packages and the repository's never together."""
+    stock = sources()
+    debian = playbook(host, *TAGS, plan="debian")
+    assert debian.returncode == 0, debian.stdout[-5000:] + debian.stderr[-2000:]
+    first = dpkg()
+    assert first.get("libcuda1", "").startswith("550.") and "cuda-keyring" not in first, first
+
+    swap = playbook(host, *TAGS)
+    assert swap.returncode == 0, swap.stdout[-5000:] + swap.stderr[-2000:]
+    after = dpkg()
+    assert after.get("nvidia-driver-cuda") == "595.10.01-1" and "cuda-keyring" in after, after
+    assert not [f"{n} {v}" for n, v in after.items() if v.startswith("550.")], after  # Debian's driver purged first
+
+    back = playbook(host, *TAGS, plan="debian")
+    assert back.returncode == 0, back.stdout[-5000:] + back.stderr[-2000:]
+    again = dpkg()
+    assert again.get("libcuda1", "").startswith("550.") and not {"cuda-keyring", "nvidia-driver-cuda"} & set(again)
+    assert sh(f"test -e /{LIST_FILE} || test -e /{KEYRING_FILE}").returncode != 0  # the entry and keyring went with it
+    assert "Pin: version 550." in sh(f"cat {PREF}").stdout
+
+    gone = run([sys.executable, "-m", "provision", "destroy", str(host["outs"]["debian"].parent / "debian.yaml"), "-i",
+                host["inventory"], "--yes"], ROOT, host["env"])
+    assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
+    assert sources() == stock
