@@ -329,6 +329,14 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     order: tuple[str, ...]
     cuda_sources: dict[str, tuple[str, ...]]
+    # Driver sources per distribution, in tiers: a later tier is tried only where no stack holds with the drivers of
+    # the earlier ones (Debian's own packages first; NVIDIA's repository only where they cannot drive the GPU or run
+    # the CUDA the plan needs). A distribution not listed: one tier of every source its rows name.
+    driver_sources: dict[str, tuple[tuple[str, ...], ...]] = {}
+    # Where the driver comes from one of these sources, CUDA's sources are these instead of the distribution's (a
+    # host takes no system CUDA from another vendor than its driver's: Debian's CUDA packages depend on Debian's
+    # driver libraries, which NVIDIA's repository's driver replaces).
+    cuda_sources_by_driver: dict[str, tuple[str, ...]] = {}
     cudnn_sources: tuple[str, ...]
     prefer_native_cuda: bool
     # Within one framework release, a build PyPI serves (torch's plain `pip install torch==X`) wins over the same

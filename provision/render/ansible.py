@@ -44,13 +44,33 @@ def plan_digest(plan: Plan) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def nvidia_repo_planned(plan: Plan) -> bool:
+    """Whether the Plan installs anything from NVIDIA's CUDA repository (the roles then add it)."""
+    return ((plan.driver.install and plan.driver.source == "nvidia-repo")
+            or (plan.cuda.install and plan.cuda.source == "nvidia-repo")
+            or (plan.cudnn.install and plan.cudnn.source == "nvidia-repo"))
+
+
+def nvidia_keyring_package() -> str:
+    """The package NVIDIA's repository is added with (data/os.yaml nvidia_repo.keyring_package, its file's name up
+    to the version): it writes the repository's entry and keyring, so owning it owns them."""
+    from provision.compat import load_db
+
+    repo = load_db().nvidia_repo
+    return repo.keyring_package.split("_")[0] if repo is not None else ""
+
+
 def record_packages(plan: Plan) -> list[str]:
-    """The OS packages whose installed versions host_record reports: the driver's, and CUDA's and cuDNN's from apt."""
+    """The OS packages whose installed versions host_record reports and the ledger owns: the driver's, CUDA's and
+    cuDNN's from apt, and NVIDIA's keyring package where the plan adds its repository (removed with the plan that
+    named it: the repository's entry and keyring go with it)."""
     names = [*plan.driver.packages, *plan.driver.userspace_packages]
     if plan.cuda.source != "pypi":
         names += plan.cuda.packages
     if plan.cudnn.source not in (None, "pypi"):
         names += plan.cudnn.packages
+    if nvidia_repo_planned(plan):
+        names.append(nvidia_keyring_package())
     return sorted({n.split("=")[0] for n in names if n})
 
 
@@ -144,8 +164,10 @@ def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: b
 
 def components_wanted(plan: Plan) -> bool:
     """Whether the Plan installs from Debian's archive (the components provision adds: contrib, non-free)."""
+    # NVIDIA's repository on Debian needs contrib (roles/nvidia_driver, __nvidia_driver_repo_debian_components).
     return plan.target.os_id.startswith("debian") and (
-        (plan.driver.install and plan.driver.source == "debian") or (plan.cuda.install and plan.cuda.source == "debian")
+        (plan.driver.install and plan.driver.source in ("debian", "nvidia-repo"))
+        or (plan.cuda.install and plan.cuda.source == "debian")
         or (plan.cudnn.install and plan.cudnn.source == "debian"))
 
 
@@ -298,7 +320,7 @@ def preflight_vars(plan: Plan) -> dict[str, Any]:
     return {
         "preflight_driver_branch": (driver.branch or "") if driver.install else "",
         "preflight_driver_packages": sorted({p.split("=")[0] for p in [*driver.packages, *driver.userspace_packages]}),
-        "preflight_nvidia_repo_planned": "nvidia-repo" in (driver.source, plan.cuda.source, plan.cudnn.source),
+        "preflight_nvidia_repo_planned": nvidia_repo_planned(plan),
         "preflight_jupyter_port": plan.jupyter.port if plan.jupyter.enabled else 0,
         "preflight_jupyter_bind": plan.jupyter.bind,
         "preflight_account": plan.user,

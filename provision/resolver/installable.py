@@ -30,6 +30,7 @@ from provision.resolver.stack import (
     cudnn_plan,
     driver_candidates,
     driver_plan,
+    driver_tiers,
     refuse_no_driver,
     with_fabric_manager,
 )
@@ -47,16 +48,37 @@ class _Stack:
 
 
 def resolve_installable(ctx: Ctx) -> LanePlans:
+    """The best stack of the first driver tier (data/policy.yaml, driver_sources) in which one holds: Debian's own
+    packages, else NVIDIA's repository, with the earlier tiers' refusal as the reason for the later one."""
+    tiers = driver_tiers(ctx)
+    refused: list[tuple[tuple[str, ...], IncompatibleError]] = []
+    deeper: list[IncompatibleError] = []  # refusals of tiers that have a driver for the GPU: a link past the driver
+    for tier in tiers:
+        try:
+            best, offered, drivers = _best_stack(ctx, tier)
+        except IncompatibleError as exc:
+            refused.append((tier, exc))
+            if any(ctx.profile.software.driver_branch in (None, b.branch) for b, _ in driver_candidates(ctx, tier)):
+                deeper.append(exc)
+            continue
+        return _plan_installable(ctx, best, offered, drivers, refused)
+    # The refusal that says most: the last tier's that got past the driver (it names the most branches), else the
+    # first tier's (the distribution's own packages).
+    raise deeper[-1] if deeper else refused[0][1]
+
+
+def _best_stack(ctx: Ctx, tier: tuple[str, ...]) -> tuple[_Stack, dict[str, list[str]], list[tuple[Branch, DriverPkg]]]:
+    """The best stack whose driver comes from this tier's sources, or the refusal that names the link that fails."""
     db, gpu, sw = ctx.db, ctx.gpu, ctx.profile.software
     assert ctx.system is not None and db.policy is not None
 
-    drivers = [d for d in driver_candidates(ctx) if sw.driver_branch in (None, d[0].branch)]
+    drivers = [d for d in driver_candidates(ctx, tier) if sw.driver_branch in (None, d[0].branch)]
     if not drivers:
-        raise refuse_no_driver(ctx)
+        raise refuse_no_driver(ctx, tier)
     if ctx.nvswitch:
         drivers = with_fabric_manager(ctx, drivers)
 
-    offered = cuda_offered(ctx)
+    offered = cuda_offered(ctx, tier)
     check_cuda_pin(ctx, offered)
     cudas = sorted((v for v in offered if toolkit_builds(db, v, gpu) and pin_matches(sw.cuda, v)), key=V, reverse=True)
     check_driver_pin_runs_cuda_pin(ctx, drivers, cudas)
@@ -109,8 +131,7 @@ def resolve_installable(ctx: Ctx) -> LanePlans:
             V(s.branch.branch),
         )
 
-    best = max(stacks, key=rank)
-    return _plan_installable(ctx, best, offered, drivers)
+    return max(stacks, key=rank), offered, drivers
 
 
 def _refuse_stack(ctx: Ctx, drivers: list[tuple[Branch, DriverPkg]], cudas: list[str],
@@ -165,8 +186,10 @@ def _refuse_stack(ctx: Ctx, drivers: list[tuple[Branch, DriverPkg]], cudas: list
 
 
 def _plan_installable(ctx: Ctx, best: _Stack, offered: dict[str, list[str]],
-                      drivers: list[tuple[Branch, DriverPkg]]) -> LanePlans:
-    driver = driver_plan(ctx, best.branch, best.driver_pkg, drivers, best.cuda, best.compat)
+                      drivers: list[tuple[Branch, DriverPkg]],
+                      refused: list[tuple[tuple[str, ...], IncompatibleError]]) -> LanePlans:
+    passed_over = "; ".join(f"not from {' or '.join(tier)}: {exc.message}" for tier, exc in refused)
+    driver = driver_plan(ctx, best.branch, best.driver_pkg, drivers, best.cuda, best.compat, passed_over)
     # Frameworks (reasons first: they decide the CUDA)
     fw_plans = tuple(framework_plan(ctx, fw) for fw in best.fws)
     cuda_reason(ctx, best.branch, best.cuda, best.compat, best.fws[0] if best.fws else None)

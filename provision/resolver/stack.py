@@ -16,13 +16,29 @@ from provision.resolver.links import cudnn_supports, driver_runs, pin_matches, t
 from provision.versions import V, major
 
 
-def driver_candidates(ctx: Ctx) -> list[tuple[Branch, DriverPkg]]:
-    """(branch row, package row) pairs the OS offers for this GPU, newest first."""
+def driver_tiers(ctx: Ctx) -> list[tuple[str, ...]]:
+    """The driver sources of this OS in policy order, as tiers (data/policy.yaml, driver_sources): a later tier is
+    tried only where no stack holds with an earlier one. A distribution the policy does not list: one tier of every
+    source its rows name."""
+    db = ctx.db
+    assert db.policy is not None and ctx.system is not None
+    named = tuple(dict.fromkeys(p.source for p in db.drivers if p.os_id == ctx.os_id))
+    tiers = [tuple(s for s in tier if s in named) for tier in db.policy.driver_sources.get(ctx.system.distribution, ())]
+    tiers = [t for t in tiers if t]
+    listed = {s for t in tiers for s in t}
+    rest = tuple(s for s in named if s not in listed)
+    return tiers + [rest] if rest or not tiers else tiers
+
+
+def driver_candidates(ctx: Ctx, sources: tuple[str, ...] | None = None) -> list[tuple[Branch, DriverPkg]]:
+    """(branch row, package row) pairs the OS offers for this GPU (from `sources`, where given), newest first."""
     db, gpu = ctx.db, ctx.gpu
     flavours = db.kernel_modules(gpu)
     out = []
     for pkg in db.drivers:
         if pkg.os_id != ctx.os_id or (pkg.segment not in (None, gpu.segment)):
+            continue
+        if sources is not None and pkg.source not in sources:
             continue
         if pkg.kernel_module not in flavours:  # Blackwell and Grace Hopper: open only; before Turing: proprietary
             continue
@@ -34,12 +50,17 @@ def driver_candidates(ctx: Ctx) -> list[tuple[Branch, DriverPkg]]:
     return out
 
 
-def cuda_offered(ctx: Ctx) -> dict[str, list[str]]:
-    """CUDA version -> sources that offer it for this OS/arch, in policy order."""
+def cuda_offered(ctx: Ctx, driver_sources: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """CUDA version -> sources that offer it for this OS/arch, in policy order. Where the driver comes from a source
+    the policy's cuda_sources_by_driver names (NVIDIA's repository), CUDA's sources are that entry's."""
     db, policy = ctx.db, ctx.db.policy
     assert policy is not None and ctx.system is not None
     offered: dict[str, list[str]] = {}
-    for source in policy.cuda_sources.get(ctx.system.distribution, ()):
+    sources = policy.cuda_sources.get(ctx.system.distribution, ())
+    by_driver = [policy.cuda_sources_by_driver[s] for s in driver_sources if s in policy.cuda_sources_by_driver]
+    if by_driver and len(driver_sources) == 1:
+        sources = by_driver[0]
+    for source in sources:
         versions: list[str] = []
         if source == ctx.system.distribution and source == "debian":
             versions = [c.cuda for c in db.cuda_pkgs if c.os_id == ctx.os_id]
@@ -60,8 +81,11 @@ def cudnn_options(ctx: Ctx, cuda: str) -> list[str]:
     return sorted((v for v in versions if cudnn_supports(db, v, cuda, ctx.gpu)), key=V, reverse=True)
 
 
-def refuse_no_driver(ctx: Ctx) -> IncompatibleError:
+def refuse_no_driver(ctx: Ctx, sources: tuple[str, ...] | None = None) -> IncompatibleError:
+    """Why no driver package of this OS (from `sources`, where given) drives the GPU."""
     db, gpu = ctx.db, ctx.gpu
+    if sources is not None:
+        db = db.model_copy(update={"drivers": tuple(p for p in db.drivers if p.os_id != ctx.os_id or p.source in sources)})
     pin = ctx.profile.software.driver_branch
     driving = [b for b in db.branches if b.drives(gpu)]
     spans = ", ".join(f"R{b.branch}" for b in driving) or "none in the database"
@@ -188,7 +212,7 @@ def check_driver_pin_runs_cuda_pin(ctx: Ctx, drivers: list[tuple[Branch, DriverP
 
 
 def driver_plan(ctx: Ctx, branch: Branch, pkg: DriverPkg, drivers: list[tuple[Branch, DriverPkg]], cuda: str,
-                compat: str) -> DriverPlan:
+                compat: str, passed_over: str = "") -> DriverPlan:
     """The chosen branch as installed: its packages, Fabric Manager where NVSwitch needs it, and the lowest driver
     version the planned CUDA runs on (natively, or through minor-version compatibility)."""
     db, gpu, sw = ctx.db, ctx.gpu, ctx.profile.software
@@ -206,6 +230,15 @@ def driver_plan(ctx: Ctx, branch: Branch, pkg: DriverPkg, drivers: list[tuple[Br
         why += f"; R{last.branch} is {last.note}"
     if others:
         why += f" (also offered: {', '.join(others)})"
+    if pkg.source == "nvidia-repo" and pkg.version is None:
+        flavours = db.kernel_modules(gpu)
+        why += (f"; {pkg.kernel_module} kernel modules ("
+                + ("the only ones that drive it" if len(flavours) == 1 else
+                   "NVIDIA recommends them from Turing on" if pkg.kernel_module == "open" else "its choice")
+                + f"); an apt preferences file holds the host on R{branch.branch}, so an upgrade cannot change branch")
+    if passed_over:
+        # A later tier of data/policy.yaml's driver_sources: say why the distribution's own packages were passed over.
+        why += f"; {passed_over}"
     ctx.reason(
         "driver",
         f"R{branch.branch} from {pkg.source}: {', '.join(pkg.packages)}" + (f" {pkg.version}" if pkg.version else ""),
@@ -318,7 +351,9 @@ def cuda_plan(ctx: Ctx, cuda: str, offered: dict[str, list[str]]) -> CudaPlan:
             ctx.reason(
                 "cuda",
                 f"CUDA {cuda} ({kind}) from NVIDIA's repository ({system.nvidia_repo}): {', '.join(pkgs)}",
-                f"NVIDIA's {system.nvidia_repo} repository carries CUDA {cuda}; the distribution does not package it",
+                f"NVIDIA's {system.nvidia_repo} repository carries CUDA {cuda}; "
+                + ("the driver comes from it, and Debian's CUDA packages would bring Debian's driver libraries beside it"
+                   if system.distribution == "debian" else "the distribution does not package it"),
                 db.nvidia_repo.source,
             )
             return CudaPlan(
