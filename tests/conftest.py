@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
-# Seconds each group of tests took in a whole run (scripts/group_seconds.py writes it from a JUnit report): the
-# groups start longest first, so that the last to finish is a short one.
+# Seconds each group of tests took in a whole run (PROVISION_GROUP_SECONDS_OUT writes them): the groups start
+# longest first, so that the last to finish is a short one.
 GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
-# Modules that share one session fixture's host (tests/integration/conftest.py, deskmini_apply) run on one worker.
-SHARED_HOST_FIXTURES = {"deskmini_apply": "deskmini"}
+# Modules that share one session fixture's host (tests/integration/conftest.py: deskmini_apply makes it once per
+# process) run in one worker, as one group. Checked at collection: a module that uses the fixture must be listed.
+SHARED_HOST_FIXTURE = "deskmini_apply"
+SHARED_HOST_MODULES = {
+    "tests/integration/test_apply.py": "deskmini",
+    "tests/integration/test_least_privilege.py": "deskmini",
+    "tests/integration/test_ssh_hosts.py": "deskmini",
+}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,44 +54,64 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if os.environ.get("PROVISION_REQUIRE_DOCKER") != "1":
                 item.add_marker(pytest.mark.skip(reason="no Docker engine running"))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker of a parallel run (scripts/test.sh): only they collect
-        group_for_workers(items)
+        check_shared_hosts(items)
+        longest_first(items)
 
 
-def test_group(module: str, fixtures: set[str]) -> str:
-    """The xdist group of a module's tests: the module itself (its module fixtures make one host, with a fixed
-    name, so its tests stay on one worker), or the shared host's name for modules that use a session fixture's."""
-    shared = sorted(SHARED_HOST_FIXTURES[f] for f in fixtures & SHARED_HOST_FIXTURES.keys())
-    return shared[0] if shared else module
+def test_group(nodeid: str) -> str:
+    """The group a test runs in, from its id alone (the controller of a parallel run sees only ids): its module
+    (the module's fixtures make hosts and images with fixed names, so its tests stay in one worker), or the shared
+    host's group."""
+    module = nodeid.split("::")[0]
+    return SHARED_HOST_MODULES.get(module, module)
 
 
-def group_for_workers(items: list[pytest.Item]) -> None:
-    """Put each test in its group (`--dist loadgroup` keeps a group on one worker) and order the groups longest
-    first by tests/group_seconds.json; a group it does not know counts as long when marked slow. The order is the
-    same on every worker (each collects, and xdist compares the collections)."""
-    fixtures: dict[str, set[str]] = {}
-    for item in items:
-        fixtures.setdefault(item.nodeid.split("::")[0], set()).update(getattr(item, "fixturenames", ()))
-    groups = {module: test_group(module, names) for module, names in fixtures.items()}
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadscope` (scripts/test.sh) with test_group as the scope: a group is one unit of work, and a worker
+    takes the next unit in collection order (longest_first) when it has two tests or fewer left. pytest-xdist's own
+    `loadgroup` cannot do it with pytest 9: the group it appends to a test's id (item._nodeid) no longer reaches
+    the id pytest reports (Node._id)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return test_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def check_shared_hosts(items: list[pytest.Item]) -> None:
+    """A module that uses the shared host's fixture and is not in SHARED_HOST_MODULES would make the same host
+    in another worker at the same time: stop the run with one line that says where to add it."""
+    using = {item.nodeid.split("::")[0] for item in items if SHARED_HOST_FIXTURE in getattr(item, "fixturenames", ())}
+    if missing := sorted(using - SHARED_HOST_MODULES.keys()):
+        raise pytest.UsageError(f"{', '.join(missing)}: uses {SHARED_HOST_FIXTURE}; add it to SHARED_HOST_MODULES in "
+                                "tests/conftest.py so that it runs in the worker that holds that host")
+
+
+def longest_first(items: list[pytest.Item]) -> None:
+    """Order the groups longest first by tests/group_seconds.json (a group it does not know counts as long when
+    it has a slow test that runs); within a group, the collection's order. Every worker orders alike (each
+    collects, and xdist compares the collections)."""
     seconds = json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.is_file() else {}
     weight: dict[str, float] = {}
     for item in items:
-        group = groups[item.nodeid.split("::")[0]]
-        if not any(m.name == "xdist_group" for m in item.iter_markers()):
-            item.add_marker(pytest.mark.xdist_group(group))
+        group = test_group(item.nodeid)
         guess = 300.0 if "slow" in item.keywords and not item.get_closest_marker("skip") else 1.0
         weight[group] = max(weight.get(group, 0.0), float(seconds.get(group, guess)))
     first = {item.nodeid: i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-weight[groups[item.nodeid.split("::")[0]]], first[item.nodeid]))
+    items.sort(key=lambda item: (-weight[test_group(item.nodeid)], first[item.nodeid]))
 
 
 _group_seconds: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each group's time (setup, call, teardown), for PROVISION_GROUP_SECONDS_OUT. Under `--dist loadgroup`
-    a test's id ends in @<group>; in a run of one process the group is its module."""
-    node, _, group = report.nodeid.partition("@")
-    group = group or node.split("::")[0]
+    """Sum each group's time (setup, call, teardown), for PROVISION_GROUP_SECONDS_OUT."""
+    group = test_group(report.nodeid)
     _group_seconds[group] = _group_seconds.get(group, 0.0) + report.duration
 
 
