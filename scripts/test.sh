@@ -13,6 +13,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 workers=${PROVISION_TEST_WORKERS:-3}
 parallel=()
 if [ "$workers" != 0 ]; then
-  parallel=(-n "$workers" --dist loadscope)
+  parallel=(-n "$workers" --dist loadscope --no-loadscope-reorder)
 fi
 exec .venv/bin/python -m pytest "${parallel[@]}" "$@"

@@ -65,4 +65,5 @@ def build(out: Path, url: str, low: str = "595", high: str = "610") -> str:
     (out / "Release").write_text(release)
     subprocess.run([*gpg, "--yes", "--clearsign", "--digest-algo", "SHA512", "-o", str(out / "InRelease"),
                     str(out / "Release")], check=True, capture_output=True)
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True)  # its gpg-agent
     return fpr

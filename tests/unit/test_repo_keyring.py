@@ -29,6 +29,7 @@ def make_key(home: Path, uid: str) -> tuple[str, bytes, bytes]:
     fpr = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
     binary = subprocess.run([*gpg, "--export"], check=True, capture_output=True).stdout
     armored = subprocess.run([*gpg, "--armor", "--export"], check=True, capture_output=True).stdout
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True)  # its gpg-agent
     return fpr, binary, armored
 
 
