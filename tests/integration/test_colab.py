@@ -33,6 +33,7 @@ import pytest
 
 from provision.sandbox import start as start_sandbox
 from provision.state import read_record
+from tests.support.apt import APT_WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = str(ROOT / "profiles/colab.yaml")
@@ -63,7 +64,7 @@ LAYOUT = r"""
 set -eu
 # A stock Debian's lists are the ones its install fetched (or none): fresh ones first, as a user would.
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends python3-pip python3-venv >/dev/null
+apt_wait apt-get install -y -qq --no-install-recommends python3-pip python3-venv >/dev/null
 pip3 install -q --break-system-packages --no-deps --target /root/colab-stage {wheels}
 S=/root/colab-stage/nvidia
 install -d /usr/local/cuda-{cuda}/lib64 /usr/local/cuda-{cuda}/bin
@@ -96,7 +97,7 @@ def write(name: str, path: str, text: str) -> None:
 def colab_like(name: str, *, cuda: str = "12.8", driver: str = COLAB_DRIVER) -> None:
     """A sandbox with Colab's stack preinstalled (CUDA `cuda`, cuDNN 9.8.0, a driver reporting `driver`)."""
     start_sandbox(name, "13")
-    sh(name, LAYOUT.format(cuda=cuda, wheels=" ".join(CUDA_WHEELS[cuda] + [CUDNN_WHEEL])))
+    sh(name, APT_WAIT + LAYOUT.format(cuda=cuda, wheels=" ".join(CUDA_WHEELS[cuda] + [CUDNN_WHEEL])))
     write(name, f"/usr/local/cuda-{cuda}/bin/nvcc", NVCC.replace("{cuda}", cuda))
     write(name, "/usr/bin/nvidia-smi", NVIDIA_SMI.replace("{driver}", driver))
 

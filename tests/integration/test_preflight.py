@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apt import APT_WAIT
+
 ROOT = Path(__file__).resolve().parents[2]
 # PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
 NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv") + "-preflight"
@@ -152,8 +154,8 @@ def bookworm(hosts, tmp_path):
 
 def test_a_real_r470_package_installed_by_hand_is_refused(bookworm):
     # As the owner of a Tesla K80 box did: non-free enabled in sources.list, R470's CUDA library installed.
-    installed = sh("sed -i 's/ main$/ main contrib non-free non-free-firmware/' /etc/apt/sources.list && "
-                   "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+    installed = sh(APT_WAIT + "sed -i 's/ main$/ main contrib non-free non-free-firmware/' /etc/apt/sources.list && "
+                   "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt_wait apt-get install -y -q --no-install-recommends "
                    "libnvidia-tesla-470-cuda1", host=BOOKWORM, check=False)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     version = sh("dpkg-query -W -f '${Version}' libnvidia-tesla-470-cuda1", host=BOOKWORM).stdout
