@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "heavy" in item.keywords and not heavy:
             item.add_marker(pytest.mark.skip(reason="heavy (framework wheels, or pip resolving every plan): set PROVISION_HEAVY=1 to run"))
         if "long" in item.keywords and not long:
-            # Kept out of the default command so that it stays under 50 minutes on 2 cores (README).
+            # Kept out of the default command so that it stays within 30 minutes on 2 cores (README, docs/testing.md).
             item.add_marker(pytest.mark.skip(reason="long (the fleet, the VM, and molecule scenarios test_apply covers): set PROVISION_LONG=1 to run"))
         if "docker" in item.keywords and not have_docker:
             # CI requires Docker: .ci/run sets PROVISION_REQUIRE_DOCKER=1, so there these tests run and fail loudly.

@@ -108,6 +108,7 @@ import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -383,10 +384,21 @@ def parse_simulation(text: str) -> set[str]:
     return {m.group(1).split(":")[0] for m in re.finditer(r"^(?:Purg|Remv) (\S+)", text, re.M)}
 
 
+APT_LOCK_WAIT_S = 300  # how long apt-get waits for dpkg's locks, and this module for apt's archive lock
+
+
 def apt_get(args: list[str]) -> subprocess.CompletedProcess:
+    """apt-get, waiting for the locks: DPkg::Lock::Timeout covers dpkg's, and apt's archive lock (held while
+    another apt downloads: unattended-upgrades, or another host sharing the archive) fails at once, so that failure
+    is tried again every 5 s for as long."""
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LANG="C.UTF-8")
-    return subprocess.run(["apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=300", *args], capture_output=True,
-                          text=True, check=False, env=env, timeout=TIMEOUT_S)
+    deadline = time.monotonic() + APT_LOCK_WAIT_S
+    while True:
+        proc = subprocess.run(["apt-get", "-q", "-y", "-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}", *args],
+                              capture_output=True, text=True, check=False, env=env, timeout=TIMEOUT_S)
+        if proc.returncode == 0 or "Could not get lock" not in proc.stderr or time.monotonic() > deadline:
+            return proc
+        time.sleep(5)
 
 
 def purge(candidates: list[str], owned: set[str]) -> tuple[list[str], list[str]]:

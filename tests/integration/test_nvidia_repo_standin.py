@@ -54,7 +54,8 @@ def run(args: list[str], cwd: Path, env: dict, timeout: int = 900) -> subprocess
 
 
 def sh(command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "exec", NAME, "sh", "-c", command], capture_output=True, text=True, timeout=300)
+    return subprocess.run(["docker", "exec", NAME, "sh", "-c", command], capture_output=True, text=True,
+                          errors="replace", timeout=300)  # sources() prints a keyring file, which is binary
 
 
 def dpkg() -> dict[str, str]:
