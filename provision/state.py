@@ -53,12 +53,19 @@ def cache_lock(name: str) -> Iterator[None]:
     finds the work done. Blocking; released when the block ends or the process dies."""
     locks = cache_root() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / f"{_safe(name)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with _flock(locks / f"{_safe(name)}.lock"):
+        yield
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` (made if missing) for the time of the block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock
 
 
 def _safe(name: str) -> str:
@@ -77,12 +84,8 @@ def _locked(directory: Path) -> Iterator[None]:
     """An exclusive flock on `directory`/.lock for the time of one write: two writers of one host's record (two
     provision processes, two threads) take turns. Short-lived and blocking, unlike the apply locks of provision.fleet,
     which refuse a second apply: this one only orders writes."""
-    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _flock(directory / LOCK_NAME):
         yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _write(path: Path, data: dict[str, Any], what: str) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -32,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provision.state import cache_root
+from provision.state import cache_lock, cache_root
 
 # Bump when the build below changes: a cache of another recipe is not used.
 STANDIN_RECIPE = "bookworm-python3.11-1"
@@ -133,12 +132,8 @@ def _base() -> Path:
 @contextlib.contextmanager
 def _locked(base: Path):
     """One builder at a time (parallel test workers): the others wait, then find the cache."""
-    with open(base / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with cache_lock("python-standin"):
+        yield
 
 
 def _sha256(path: Path) -> str:
