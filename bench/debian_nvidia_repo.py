@@ -20,10 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pin_matrix import releases  # noqa: E402  (bench/: the pinned torch and TensorFlow releases it plans)
+
 from provision.compat import load_db  # noqa: E402
 from provision.errors import ProvisionError  # noqa: E402
 from provision.pipeline import plan_for  # noqa: E402
-from provision.versions import V  # noqa: E402
 
 OSES = (("debian", "12"), ("debian", "13"))
 ARCHES = ("Blackwell", "Hopper")
@@ -43,14 +44,10 @@ software:
 
 def cases() -> list[tuple[str, str, str, str]]:
     """(matrix, label, gpu, software block) for every case."""
-    db = load_db()
-    gpus = [g.model for g in db.gpus if g.arch in ARCHES and not g.tegra]
-    torch = sorted({r.version for r in db.torch if V(r.version) >= V("2.0.0")}, key=V)
-    tf = sorted({r.version for r in db.tensorflow if V(r.version) >= V("2.10.0")}, key=V)
+    gpus = [g.model for g in load_db().gpus if g.arch in ARCHES and not g.tegra]
     out = [("gpus", g, g, "  frameworks: []\n") for g in gpus]
-    out += [("pins", f"pytorch {v}", PIN_GPU, f"  frameworks:\n    - {{name: pytorch, version: \"{v}\"}}\n") for v in torch]
-    out += [("pins", f"tensorflow {v}", PIN_GPU, f"  frameworks:\n    - {{name: tensorflow, version: \"{v}\"}}\n")
-            for v in tf]
+    out += [("pins", f"{name} {v}", PIN_GPU, f"  frameworks:\n    - {{name: {name}, version: \"{v}\"}}\n")
+            for name, v in releases()]
     return out
 
 
