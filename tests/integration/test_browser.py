@@ -128,10 +128,22 @@ def test_the_url_opens_jupyterlab_with_one_named_kernel_and_a_notebook_runs_nump
         card.click()
         editor = wait.until(ec.element_to_be_clickable(
             (By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content")))
-        # A cell run before the kernel is up is queued by JupyterLab and runs when it is: the wait below covers both.
         editor.click()
         editor.send_keys(code)
-        editor.send_keys(Keys.SHIFT, Keys.ENTER)
+        # The cell runs once the kernel is up and the keystroke reached the cell. CI's run of 2026-11-27 lost a
+        # Shift+Enter sent while the notebook was still settling (kernel Idle, the cell still "[ ]:" 300 s later),
+        # so: wait for the kernel, run, and run again only while the cell's prompt shows it never started.
+        wait.until(lambda d: "| Idle" in d.find_element(By.CSS_SELECTOR, "#jp-main-statusbar").text)
+        prompt = ".jp-NotebookPanel .jp-Cell .jp-InputPrompt"
+        for _ in range(3):
+            editor.click()
+            editor.send_keys(Keys.SHIFT, Keys.ENTER)
+            try:
+                WebDriverWait(driver, 20).until(
+                    lambda d: d.find_elements(By.CSS_SELECTOR, prompt)[0].text.strip() not in ("", "[ ]:"))
+                break
+            except TimeoutException:
+                continue
         def cell_output(d):
             """Every output of the cell once it printed its last line, or once it failed (a traceback)."""
             text = "\n".join(e.text for e in d.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-OutputArea-output"))
