@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-DESKMINI_HOST = "pv-e2e-deskmini"
+DESKMINI_HOST = sandbox_name("deskmini")
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-e2e-deskmini"  # conftest.DESKMINI_HOST
+NAME = sandbox_name("deskmini")  # conftest.DESKMINI_HOST
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
 COMMON = ["--os", "debian-13", "--sandbox", NAME, "--skip-frameworks"]
 

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-e2e-p2"
+NAME = sandbox_name("p2")
 PROFILE = str(ROOT / "profiles/aws-p2.yaml")
 COMMON = ["--os", "debian-12", "--sandbox", NAME, "--skip-frameworks", "--yes"]
 

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = f"pv-web-{secrets.token_hex(3)}"
+NAME = sandbox_name(f"web-{secrets.token_hex(3)}")
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
 # Generous: a kernel's first start and NumPy's import took 51 s on an idle machine and over 120 s at a load average
 # of 8 on 2 cores; a wait ends as soon as what it waits for is there.

@@ -34,6 +34,7 @@ import pytest
 from provision.sandbox import start as start_sandbox
 from provision.state import read_record
 from tests.support.apt import APT_WAIT
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = str(ROOT / "profiles/colab.yaml")
@@ -113,7 +114,7 @@ def footprint(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def colab():
-    name = "pv-colab"
+    name = sandbox_name("colab")
     provision("sandbox", "down", name)
     colab_like(name)
     before = footprint(name)
@@ -190,7 +191,7 @@ def test_second_apply_changes_nothing(colab):
 def test_a_runtime_that_differs_from_the_plan_is_refused_untouched(cuda, driver, step, cause):
     """A Colab runtime whose CUDA or driver is not the plan's: apply fails on that host and step with the cause,
     and still installs nothing (the platform's stack is not provision's to replace)."""
-    name = f"pv-colab-{cuda.replace('.', '')}-{driver.split('.')[0]}"
+    name = sandbox_name(f"colab-{cuda.replace('.', '')}-{driver.split('.')[0]}")
     provision("sandbox", "down", name)
     try:
         colab_like(name, cuda=cuda, driver=driver)
@@ -214,7 +215,7 @@ def test_a_framework_replaced_on_the_runtime_is_seen_in_place_and_refused():
     the CUDA 13.0 build. Installed into the system python3 (as a notebook's `pip install torch` does on Colab), it
     is what the environment sees: provision installs no torch of its own over it, and the verifier refuses the
     runtime, naming CUDA 13.0 against the plan's 12.8. (The passing case needs the cu128 wheel: not runnable here.)"""
-    name = "pv-colab-torch"
+    name = sandbox_name("colab-torch")
     provision("sandbox", "down", name)
     try:
         colab_like(name)

@@ -21,10 +21,11 @@ from ruamel.yaml import YAML
 from provision import sandbox
 from provision.pipeline import plan_for
 from provision.resources import COLLECTION
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-NAME = "pv-collection"
+NAME = sandbox_name("collection")
 PROFILE = ROOT / "profiles" / "deskmini.yaml"
 # The issue's list put cuda and cudnn before python_env: with CUDA and cuDNN from PyPI they install into the
 # environment python_env makes, and refuse to run before it ("cuda: the virtual environment /opt/provision/venv does

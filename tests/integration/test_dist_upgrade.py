@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-# PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-dist-upgrade"
+NAME = sandbox_name("dist-upgrade")
 KEEP = "/home/ml/notes/keep.txt"
 VENV_PYTHON = "/opt/provision/venv/bin/python"
 

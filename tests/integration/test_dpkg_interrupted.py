@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-dpkg-cut"
+NAME = sandbox_name("dpkg-cut")
 PROFILE = ROOT / "profiles/deskmini.yaml"
 KEEP = "/home/ml/notes/keep.txt"
 

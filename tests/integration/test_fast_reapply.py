@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-e2e-fast"
+NAME = sandbox_name("fast")
 PROFILE = ROOT / "profiles/deskmini.yaml"
 VENV = "/opt/provision/venv"
 RECORD = "/var/lib/provision/applied.json"

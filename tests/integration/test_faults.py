@@ -33,9 +33,10 @@ import psutil
 import pytest
 
 from tests.support.leftovers import Commands
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-faults"
+NAME = sandbox_name("faults")
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
 ARGS = ["--os", "debian-13", "--tags", "python_env", "--yes", "--skip-frameworks"]
 

@@ -21,9 +21,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.support.leftovers import Commands
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-K80, GTX = "pv-fleet-k80", "pv-fleet-1070"
+K80, GTX = sandbox_name("fleet-k80"), sandbox_name("fleet-1070")
 TAGS = ["--tags", "python_env,cuda", "--skip-frameworks"]
 
 # `long`: two hosts on two Debian releases and four applies, 10-15 minutes on 2 cores.

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from provision import sandbox
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-HOST = "pv-fw-deskmini"
+HOST = sandbox_name("fw-deskmini")
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.heavy]
 

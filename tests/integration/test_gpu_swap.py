@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-# PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-gpu-swap"
+NAME = sandbox_name("gpu-swap")
 KEEP = "/home/ml/keep.txt"
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.long]

@@ -31,6 +31,7 @@ from provision.render.docker import render_dockerfile, with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image
 from provision.verify.expect import Expect
+from tests.support.names import sandbox_name
 
 pytestmark = [pytest.mark.docker]
 
@@ -75,7 +76,7 @@ def running(image: tuple[Plan, runner.BuildResult], tmp_path_factory: pytest.Tem
     secret = tmp_path_factory.mktemp("secret") / "jupyter_token"
     secret.write_text(token + "\n")  # as `echo TOKEN > file` writes it: the launcher strips the newline
     secret.chmod(0o644)
-    name = f"provision-test-{plan.profile}"
+    name = sandbox_name(f"image-{plan.profile}")
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     subprocess.run(["docker", "run", "-d", "--name", name, "-v", f"{secret}:/run/secrets/jupyter_token:ro",
                     result.tag], check=True, capture_output=True)

@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 from provision import sandbox
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-HOST = "pv-fw-jax"
+HOST = sandbox_name("fw-jax")
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.heavy]
 

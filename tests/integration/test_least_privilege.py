@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-e2e-deskmini"  # conftest.DESKMINI_HOST, shared with test_apply.py
+NAME = sandbox_name("deskmini")  # conftest.DESKMINI_HOST, shared with test_apply.py
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
 # Every role that runs the environment's interpreter or reads the account's files, and host_record (which lists the
 # environment's wheels); the driver's and the verifier's roles add nothing to what is tested here but minutes.

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
 from tests.support.standin_python import standin_archive_bytes_tampered, standin_mirror
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-managed-py"
+NAME = sandbox_name("managed-py")
 PROFILE = ROOT / "profiles/deskmini.yaml"
 KEEP = "/home/ml/notes/keep.txt"
 

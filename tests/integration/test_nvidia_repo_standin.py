@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
 from tests.support.standin_nvidia_repo import KEYRING_FILE, LIST_FILE, build
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-nvrepo"
+NAME = sandbox_name("nvrepo")
 PORT = 8041
 URL = f"http://127.0.0.1:{PORT}/"
 PREF = "/etc/apt/preferences.d/provision-nvidia-driver.pref"

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-# PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-changes"
+NAME = sandbox_name("changes")
 PROFILE = ROOT / "profiles/deskmini.yaml"
 KEEP = "/home/ml/notes/keep.txt"
 # Files under /etc that the tools rewrite whatever the content: the linker's cache (ldconfig after every package

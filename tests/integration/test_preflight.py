@@ -31,10 +31,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.apt import APT_WAIT
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-# PROVISION_TEST_SANDBOX_PREFIX: where several people's runs share one Docker daemon, each names its own containers.
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv") + "-preflight"
+NAME = sandbox_name("preflight")
 CLEAN = NAME + "-clean"
 BOOKWORM = NAME + "-deb12"
 PROFILE = str(ROOT / "profiles/deskmini.yaml")

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from provision import sandbox
+from tests.support.names import sandbox_name
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-NAME = "provision-test-python-apt"
+NAME = sandbox_name("python-apt")
 
 pytestmark = [
     pytest.mark.docker,

@@ -17,10 +17,11 @@ import pytest
 
 from provision import sandbox
 from provision.resources import collections_dir
+from tests.support.names import sandbox_name
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-NAME = "provision-test-role-faults"
+NAME = sandbox_name("role-faults")
 
 pytestmark = [
     pytest.mark.docker,

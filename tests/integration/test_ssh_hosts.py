@@ -31,11 +31,12 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision import sandbox
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-D12 = "pv-ssh-12"
-SUDO = "pv-ssh-sudo"
-DESKMINI = "pv-e2e-deskmini"  # conftest.DESKMINI_HOST, shared with test_apply.py
+D12 = sandbox_name("ssh-12")
+SUDO = sandbox_name("ssh-sudo")
+DESKMINI = sandbox_name("deskmini")  # conftest.DESKMINI_HOST, shared with test_apply.py
 PASSWORD = "pv-Sudo-7c1e9f"  # a test host's password, made for this test only
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -25,8 +25,10 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-vm-driver"
+NAME = sandbox_name("vm-driver")
 APPLY_TIMEOUT = 4 * 3600  # DKMS under software emulation: see docs/hosts.md for the measured time
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]

@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from tests.support.names import sandbox_name
+
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "pv-vm-secure-boot"
+NAME = sandbox_name("vm-secure-boot")
 APPLY_TIMEOUT = 2 * 3600  # no DKMS build here: the packages before the check take most of it under emulation
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
