@@ -7,14 +7,12 @@ Each host keeps, in /var/lib/provision/ledger.json, what provision installed or 
     replace  wheel torch 2.7.1 -> 2.8.0             provision installed it at another version than the plan pins
     remove   wheel nvidia-cuda-runtime-cu12 12.6.77 provision installed it for the last plan; this one names it not
 
-The rule for what goes is the module's own (`removals`), loaded from the file the hosts run, so the controller's
-list and the host's prune cannot disagree.
+The rule for what goes is the hosts' own (`removals` in plugins/module_utils/ledger.py, which provision_ledger
+imports there), imported from the same file, so the controller's list and the host's prune cannot disagree.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -24,21 +22,13 @@ from packaging.utils import canonicalize_name
 from provision.drift import pinned_wheels
 from provision.models import Plan
 from provision.render.ansible import ledger_planned
-from provision.resources import share_dir
+from provision.resources import collection_module
 
 
 @cache
 def ledger_module() -> ModuleType:
-    """plugins/modules/provision_ledger.py, as the hosts run it."""
-    path = share_dir("plugins") / "modules" / "provision_ledger.py"
-    spec = importlib.util.spec_from_file_location("provision_ledger_module", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
+    """plugins/module_utils/ledger.py, the ledger's rules as the hosts run them."""
+    return collection_module("plugins.module_utils.ledger")
 
 
 def changes(plan: Plan | None, ledger: dict[str, Any], *, skip_frameworks: bool = False) -> list[tuple[str, str, str]]:

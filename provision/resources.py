@@ -11,7 +11,10 @@ a wheel carries the files themselves there, under provision/_share/collections/.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
+from types import ModuleType
 
 _PKG = Path(__file__).resolve().parent
 
@@ -40,6 +43,26 @@ def collections_dir() -> Path:
             return root
     raise FileNotFoundError(f"provision is installed without its collection {COLLECTION} (looked in "
                             f"{_PKG / '_share' / 'collections'} and {_PKG.parent / 'collections'})")
+
+
+def collection_module(name: str) -> ModuleType:
+    """The collection's own Python module `name` (plugins.module_utils.ledger: plugins/module_utils/ledger.py),
+    imported as Ansible imports it (ansible_collections.provision.gpu.plugins.module_utils.ledger) through Ansible's
+    collection loader, as ansible-test imports a collection's code for its unit tests: the controller runs the very
+    code the hosts run. The loader is installed here with collections_dir() unless one that knows it is installed
+    already (ansible's init_plugin_loader, in a process that templates as ansible-playbook does); collections_dir()
+    joins sys.path too, where a loader installed later looks."""
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+
+    root = str(collections_dir())
+    if root not in sys.path:
+        sys.path.append(root)
+    installed = AnsibleCollectionConfig.collection_finder is not None
+    known = list(AnsibleCollectionConfig.collection_paths) if installed else []
+    if root not in known:
+        _AnsibleCollectionFinder(paths=known)._install()  # and every sys.path entry holding ansible_collections
+    return importlib.import_module(f"ansible_collections.{COLLECTION}.{name}")
 
 
 def data_dir() -> Path:

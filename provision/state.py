@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import RunnerError
+from provision.resources import collection_module
 
 RECORD_SCHEMA = "provision.applied/1"
 RUN_SCHEMA = "provision.run/1"
@@ -146,7 +147,9 @@ def read_record(host: str) -> dict[str, Any] | None:
     return _read(record_path(host), RECORD_SCHEMA)
 
 
-LEDGER_SCHEMA = "provision.ledger/1"  # plugins/modules/provision_ledger.py writes it on the host
+def ledger_schema() -> str:
+    """The schema of the hosts' ledgers: plugins/module_utils/ledger.py's, which provision_ledger writes there."""
+    return str(collection_module("plugins.module_utils.ledger").SCHEMA)
 
 
 def ledger_path(host: str) -> Path:
@@ -161,7 +164,7 @@ def write_ledger(host: str, ledger: dict[str, Any]) -> Path:
 
 
 def read_ledger(host: str) -> dict[str, Any] | None:
-    return _read(ledger_path(host), LEDGER_SCHEMA)
+    return _read(ledger_path(host), ledger_schema())
 
 
 def forget_host(host: str) -> None:

@@ -101,159 +101,24 @@ missing_lists:
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
-import tempfile  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils.files import atomic_write, write_json  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils.sources import (  # noqa: E402
+    Entry,
+    content_end,
+    file_format,
+    normalise_uri,
+    parse,
+    source_files,
+)
 
 DISTRIBUTION_ORIGIN = "Debian"
 ARCHIVE_DOMAIN = "debian.org"
 RECORD_VERSION = 1
-ENTRY_TYPES = ("deb", "deb-src")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Parsing
-
-
-class Entry:
-    """One apt source entry: a one-line entry (index = line number, 0-based) or a deb822 stanza (index = stanza
-    number). `value_starts` maps each line holding the entry's components to the offset where they may start (after
-    the suite, or after "Components:"); the added components go to the end of the last of those lines.
-    (A plain class, not a dataclass: Mitogen runs modules without registering them in sys.modules.)"""
-
-    def __init__(self, fmt: str, index: int, types: list, uris: list, suites: list, components: list,
-                 enabled: bool = True, value_starts: dict | None = None) -> None:
-        self.fmt = fmt  # "list" or "deb822"
-        self.index = index
-        self.types = types
-        self.uris = uris
-        self.suites = suites
-        self.components = components
-        self.enabled = enabled
-        self.value_starts = value_starts or {}
-
-    @property
-    def edit_line(self) -> int:
-        return max(self.value_starts) if self.value_starts else -1
-
-    def identity(self) -> dict:
-        return {"types": self.types, "uris": [normalise_uri(u) for u in self.uris], "suites": self.suites}
-
-    def describe(self) -> str:
-        where = f"line {self.index + 1}" if self.fmt == "list" else f"stanza {self.index + 1}"
-        return f"{where}: {' '.join(self.types)} {' '.join(self.uris)} {' '.join(self.suites)}"
-
-
-_TOKEN = re.compile(r"\S+")
-_FIELD = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_-]*)[ \t]*:(.*)$")
-
-
-def normalise_uri(uri: str) -> str:
-    """Scheme-less, lower-case host, no trailing slash: http and https of one archive are the same archive."""
-    parts = urlsplit(uri)
-    host = (parts.hostname or "").lower()
-    port = f":{parts.port}" if parts.port else ""
-    return f"{host}{port}{parts.path.rstrip('/')}"
-
-
-def _content_end(line: str) -> int:
-    """Index where a one-line entry's content ends: before a '#' comment and trailing whitespace."""
-    cut = line.find("#")
-    body = line if cut < 0 else line[:cut]
-    return len(body.rstrip())
-
-
-def parse_list(text: str) -> list[Entry]:
-    """Entries of a one-line-style file (sources.list, *.list). Commented-out lines are not entries."""
-    entries = []
-    for number, raw in enumerate(text.splitlines()):
-        end = _content_end(raw)
-        body = raw[:end]
-        tokens = list(_TOKEN.finditer(body))
-        if not tokens or tokens[0].group() not in ENTRY_TYPES:
-            continue
-        kind = tokens[0].group()
-        rest = tokens[1:]
-        if rest and rest[0].group().startswith("["):
-            # Options: "[arch=amd64 signed-by=/x]" or "[ arch=amd64 ]", up to the token that closes the bracket.
-            while rest and not rest[0].group().endswith("]"):
-                rest = rest[1:]
-            rest = rest[1:]
-        if len(rest) < 2:
-            continue
-        uri, suite, comps = rest[0].group(), rest[1].group(), [t.group() for t in rest[2:]]
-        entries.append(Entry("list", number, [kind], [uri], [suite], comps, True, {number: rest[1].end()}))
-    return entries
-
-
-def parse_sources(text: str) -> list[Entry]:
-    """Stanzas of a deb822 .sources file. Comment lines are skipped; a stanza without Types is not an entry."""
-    lines = text.splitlines()
-    entries: list[Entry] = []
-    stanza: list[int] = []
-    count = 0
-
-    def close() -> None:
-        nonlocal count
-        if not stanza:
-            return
-        fields: dict[str, list[int]] = {}
-        current = None
-        for number in stanza:
-            line = lines[number]
-            if line.startswith("#"):
-                continue
-            if line[:1] in (" ", "\t"):
-                if current is not None:
-                    fields[current].append(number)
-                continue
-            match = _FIELD.match(line)
-            current = match.group(1).lower() if match else None
-            if current is not None:
-                fields[current] = [number]
-        if not fields:  # a paragraph of comments only
-            return
-
-        def value(name: str) -> str:
-            numbers = fields.get(name, [])
-            if not numbers:
-                return ""
-            first = _FIELD.match(lines[numbers[0]]).group(2)
-            return " ".join([first] + [lines[n] for n in numbers[1:]])
-
-        types = value("types").split()
-        components = value("components").split()
-        starts = dict.fromkeys(fields.get("components", []), 0)
-        if starts:
-            first = min(starts)
-            starts[first] = _FIELD.match(lines[first]).start(2)
-        enabled = value("enabled").strip().lower() not in ("no", "false", "0")
-        if types:
-            entries.append(Entry("deb822", count, types, value("uris").split(), value("suites").split(), components,
-                                 enabled, starts))
-        count += 1
-
-    for number, line in enumerate(lines):
-        if line.strip():
-            stanza.append(number)
-        else:
-            close()
-            stanza = []
-    close()
-    return entries
-
-
-def parse(fmt: str, text: str) -> list[Entry]:
-    return parse_sources(text) if fmt == "deb822" else parse_list(text)
-
-
-def file_format(path: str) -> str | None:
-    if path.endswith(".sources"):
-        return "deb822"
-    if path.endswith(".list"):
-        return "list"
-    return None
+# apt's sources are read by plugins/module_utils/sources.py (one parser for this module and provision_preflight;
+# whether a deb822 stanza is enabled is apt's own rule there); this module plans and makes the edits.
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -381,7 +246,7 @@ def _split_keepends(text: str) -> list[str]:
 def _append_to_line(line: str, fmt: str, words: list[str]) -> str:
     newline = line[len(line.rstrip("\r\n")):]
     body = line[: len(line) - len(newline)]
-    end = _content_end(body) if fmt == "list" else len(body.rstrip())
+    end = content_end(body) if fmt == "list" else len(body.rstrip())
     return body[:end] + " " + " ".join(words) + body[end:] + newline
 
 
@@ -418,7 +283,7 @@ def remove_components(text: str, fmt: str, entry: Entry, words: list[str]) -> tu
         for number in sorted(entry.value_starts, reverse=True):
             line = lines[number]
             body = line.rstrip("\r\n")
-            end = _content_end(body) if fmt == "list" else len(body)
+            end = content_end(body) if fmt == "list" else len(body)
             new, done = _remove_word(line, word, entry.value_starts[number], end)
             if done:
                 lines[number] = new
@@ -493,21 +358,6 @@ def missing_archive_message(codename: str, components: list[str], apt_dir: str, 
 # Host side
 
 
-def source_files(apt_dir: str) -> list[str]:
-    paths = []
-    main_list = os.path.join(apt_dir, "sources.list")
-    if os.path.isfile(main_list):
-        paths.append(main_list)
-    parts = os.path.join(apt_dir, "sources.list.d")
-    if os.path.isdir(parts):
-        for name in sorted(os.listdir(parts)):
-            path = os.path.join(parts, name)
-            # apt reads only these names (apt.conf(5) Dir::Etc::sourceparts; others are ignored: .save, .disabled).
-            if file_format(name) and re.match(r"^[A-Za-z0-9_.-]+$", name) and os.path.isfile(path):
-                paths.append(path)
-    return paths
-
-
 def read_releases(lists_dir: str, files: dict[str, str]) -> dict[tuple[str, str], str]:
     """The Release text apt keeps for each (URI, suite) the source files name (InRelease, or Release)."""
     releases = {}
@@ -535,16 +385,6 @@ def read_codename() -> str:
     except OSError:
         pass
     return ""
-
-
-def _write(module, path: str, text: str, mode: int = 0o644) -> None:
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".provision-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    if not os.path.exists(path):
-        os.chmod(tmp, mode)
-    module.atomic_move(tmp, path)  # keeps an existing file's owner, mode and SELinux context
 
 
 def main() -> None:
@@ -611,10 +451,10 @@ def main() -> None:
     record_changed = new_record != record and (os.path.exists(record_path) or new_record["entries"])
     if not module.check_mode:
         for path, text in new_files.items():
-            _write(module, path, text)
+            # module.atomic_move keeps an existing file's owner, mode and SELinux context.
+            atomic_write(path, text, move=module.atomic_move)
         if record_changed:
-            os.makedirs(os.path.dirname(record_path), mode=0o755, exist_ok=True)
-            _write(module, record_path, json.dumps(new_record, indent=2, sort_keys=True) + "\n")
+            write_json(record_path, new_record, move=module.atomic_move)
     module.exit_json(**result)
 
 

@@ -41,17 +41,24 @@ installed_before:
   returned: always
 """
 
-import time  # noqa: E402  (after DOCUMENTATION, as Ansible modules are laid out)
+import subprocess  # noqa: E402  (after DOCUMENTATION, as Ansible modules are laid out)
+import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils import dpkg  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils.errors import ModuleError  # noqa: E402
 
 LOCKED = "Could not get lock"
 RETRY_S = 10
 
 
 def installed(module: AnsibleModule) -> bool:
-    rc, out, _err = module.run_command(["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "python3-apt"])
-    return rc == 0 and out.startswith("ii")
+    """Whether dpkg has python3-apt installed (ii)."""
+    try:
+        return dpkg.query(["python3-apt"], timeout=120)["python3-apt"] is not None
+    except (ModuleError, OSError, subprocess.SubprocessError) as exc:
+        module.fail_json(msg=f"provision_python_apt: cannot ask dpkg whether python3-apt is installed: {exc}")
+    return False  # fail_json does not return
 
 
 def apt_get(module: AnsibleModule, args: list[str], deadline: float) -> None:

@@ -135,7 +135,8 @@ FINGERPRINT_VENV_FILES = ("pip.conf", "share/jupyter/kernels/python3/kernel.json
 
 
 def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: bool = False) -> dict[str, Any]:
-    """What the fast re-apply reads on a host (provision_facts' fingerprint option) and what must match besides:
+    """What the fast re-apply reads on a host (the fingerprint option of provision_preflight, which compares it, and of
+    provision_facts, which reads it for the record) and what must match besides:
     the roles' inputs (key_vars, the rendered variables) and the roles' version."""
     planned = ledger_planned(plan, skip_frameworks=skip_frameworks)
     files = [*planned["paths"], "/usr/local/lib/provision"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import modules
 from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,8 +75,7 @@ def test_someone_elses_unfinished_dpkg_work_is_refused_before_any_change(host):
 
 
 def test_provisions_own_interrupted_work_is_finished_and_the_apply_converges(host):
-    note = {"schema": "provision.ledger/1", "packages": {}, "found": {}, "wheels": {}, "paths": [], "units": [],
-            "accounts": [], "venvs": [], "planned": {},
+    note = {**modules.utils("ledger").empty_ledger(),
             "pending": {"packages": host["snapshot"], "wheels": {}, "absent": []}}
     wrote = subprocess.run(["docker", "exec", "-i", NAME, "sh", "-c", "install -d -m 0755 /var/lib/provision && "
                             "cat > /var/lib/provision/ledger.json && chmod 0644 /var/lib/provision/ledger.json"],

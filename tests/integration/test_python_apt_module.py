@@ -1,4 +1,5 @@
-"""plugins/modules/provision_python_apt.py run by Ansible against a stock Debian 13 container (no python3-apt, `main`
+"""plugins/modules/provision_python_apt.py run by Ansible (ad hoc, as the collection's provision.gpu.provision_python_apt,
+packed with the shared code it imports from plugins/module_utils by AnsiballZ) against a stock Debian 13 container (no python3-apt, `main`
 only, lists as old as the base image): the prerequisite every role that installs with apt calls first.
 
 Dry run predicts without installing; apt's lists lock held by another process past the budget is one failure that
@@ -19,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from provision import sandbox
+from provision.resources import collections_dir
 from tests.support.names import sandbox_name
 
-REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NAME = sandbox_name("python-apt")
 
@@ -42,10 +43,11 @@ def host(tmp_path_factory: pytest.TempPathFactory):
 
 
 def module(inventory: Path, lock_timeout: int, check: bool = False) -> tuple[int, dict]:
-    """Run the module as Ansible does (ad hoc, provision's module path); its exit code and its result."""
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(REPO / "plugins" / "modules"), ANSIBLE_NOCOLOR="1",
+    """Run the module as Ansible does (ad hoc, from provision's collection); its exit code and its result."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_dir()), ANSIBLE_NOCOLOR="1",
                ANSIBLE_HOST_KEY_CHECKING="false", PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-    cmd = [str(BIN / "ansible"), "all", "-i", str(inventory), "-o", "-m", "provision_python_apt", "-a",
+    env.pop("ANSIBLE_LIBRARY", None)
+    cmd = [str(BIN / "ansible"), "all", "-i", str(inventory), "-o", "-m", "provision.gpu.provision_python_apt", "-a",
            f"lock_timeout={lock_timeout}", *(["--check"] if check else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     found = re.search(rf"^{NAME} \| [A-Z!]+ => (\{{.*\}})$", proc.stdout, re.M)

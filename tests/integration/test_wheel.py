@@ -34,6 +34,10 @@ def test_wheel_carries_everything_the_pipeline_reads(wheel):
         # The roles and modules as the collection provision.gpu, laid out for ANSIBLE_COLLECTIONS_PATH.
         "provision/_share/collections/ansible_collections/provision/gpu/roles/cuda/tasks/main.yml",
         "provision/_share/collections/ansible_collections/provision/gpu/plugins/modules/provision_facts.py",
+        # The modules' shared code (ansible_collections.provision.gpu.plugins.module_utils), which the controller
+        # imports too (provision/ledger.py, provision/state.py).
+        "provision/_share/collections/ansible_collections/provision/gpu/plugins/module_utils/ledger.py",
+        "provision/_share/collections/ansible_collections/provision/gpu/plugins/module_utils/preflight.py",
         "provision/_share/collections/ansible_collections/provision/gpu/meta/runtime.yml",
         "provision/_share/collections/ansible_collections/provision/gpu/galaxy.yml",
         "provision/_share/inventory/local.yml",
@@ -50,7 +54,11 @@ def test_installed_wheel_plans_from_anywhere(wheel, tmp_path):
         "import provision, sys; from provision.resources import share_dir; "
         "assert '_share' in str(share_dir('profiles')), share_dir('profiles'); "
         "from provision.pipeline import plan_for; "
-        "print(plan_for(share_dir('profiles') / 'aws-p2.yaml').driver.branch)"
+        "print(plan_for(share_dir('profiles') / 'aws-p2.yaml').driver.branch); "
+        # The ledger's rules, imported from the wheel's collection as the hosts import them.
+        "from provision.ledger import ledger_module; "
+        "assert '/_share/collections/ansible_collections/provision/gpu/plugins/module_utils/' in ledger_module().__file__, "
+        "ledger_module().__file__"
     )
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)

@@ -4,18 +4,14 @@ taking back exactly what was added."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-MODULE_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_apt_components.py"
-_spec = importlib.util.spec_from_file_location("provision_apt_components", MODULE_PATH)
-mod = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = mod
-_spec.loader.exec_module(mod)
+from tests.support import modules
+
+mod = modules.module("provision_apt_components")
+sources = modules.utils("sources")
 
 WANTED = ["contrib", "non-free", "non-free-firmware"]
 SOURCES = "/etc/apt/sources.list.d/debian.sources"
@@ -50,7 +46,7 @@ def ensure(files, codename="trixie", record=None, components=WANTED, **kw):
 
 
 def components_of(fmt, text):
-    return [e.components for e in mod.parse(fmt, text)]
+    return [e.components for e in sources.parse(fmt, text)]
 
 
 def test_deb822_single_stanza_gets_the_components_on_its_components_line():
@@ -83,7 +79,7 @@ def test_deb822_comments_continuation_lines_and_field_case():
         " xsFNBF\n"
         " -----END PGP PUBLIC KEY BLOCK-----\n"
     )
-    (entry,) = mod.parse_sources(text)
+    (entry,) = sources.parse_deb822(text)
     assert entry.types == ["deb", "deb-src"] and entry.suites == ["trixie", "trixie-updates"] and entry.components == ["main"]
     new, record, _, _ = ensure({SOURCES: text})
     assert new[SOURCES] == text.replace("  main\n", "  main contrib non-free non-free-firmware\n")
@@ -125,7 +121,7 @@ def test_legacy_list_deb_and_deb_src_lines_with_options_and_comments():
 
 
 def test_bracketed_options_with_spaces_are_skipped():
-    (entry,) = mod.parse_list("deb [ arch=amd64 signed-by=/k.gpg ] http://deb.debian.org/debian trixie main\n")
+    (entry,) = sources.parse_list("deb [ arch=amd64 signed-by=/k.gpg ] http://deb.debian.org/debian trixie main\n")
     assert entry.uris == ["http://deb.debian.org/debian"] and entry.suites == ["trixie"] and entry.components == ["main"]
 
 
@@ -223,7 +219,7 @@ def test_revert_when_the_user_removed_the_entry_or_component_changes_nothing():
 
 
 def test_lists_missing_until_apt_has_an_index_for_each_wanted_component():
-    (entry,) = mod.parse_list("deb http://deb.debian.org/debian-security trixie-security main\n")
+    (entry,) = sources.parse_list("deb http://deb.debian.org/debian-security trixie-security main\n")
     prefix = "deb.debian.org_debian-security_dists_trixie-security_"
     names = {prefix + "InRelease", prefix + "main_binary-amd64_Packages"}
     assert mod.lists_missing([entry], ["contrib", "non-free"], names) == [

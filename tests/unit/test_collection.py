@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NAMESPACE, NAME = COLLECTION.split(".")
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
+# The modules' shared code, which Ansible packs with each module that imports it (AnsiballZ, Mitogen).
+MODULE_UTILS = sorted(p.stem for p in (ROOT / "plugins" / "module_utils").glob("*.py"))
 # Every role of the repository, those the site playbook applies and those it runs around them (preflight).
 ROLES = sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/tasks/main.yml"))
 
@@ -87,6 +89,9 @@ def test_the_tarball_holds_the_roles_and_modules_and_nothing_else(tarball):
             assert f"roles/{role}/{part}" in names, f"roles/{role}/{part} missing"
     for module in MODULES:
         assert f"plugins/modules/{module}.py" in names
+    assert {"dpkg", "ledger", "preflight", "sources"} <= set(MODULE_UTILS)
+    for name in MODULE_UTILS:
+        assert f"plugins/module_utils/{name}.py" in names
     assert {"MANIFEST.json", "FILES.json", "meta/runtime.yml", "roles/README.md"} <= names
     tops = {n.split("/")[0] for n in names}
     assert tops == {"MANIFEST.json", "FILES.json", "meta", "roles", "plugins", "tests"}, tops

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import pwd
@@ -16,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_facts.py"
+from tests.support import modules
+
 IS_ROOT = os.geteuid() == 0
 # The account that owns the test environment: an unprivileged one when this runs as root, else the one running.
 OWNER = "nobody" if IS_ROOT else pwd.getpwuid(os.geteuid()).pw_name
@@ -24,11 +24,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def run_module(tmp_path: Path, **args) -> dict:
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, str(MODULE), str(argfile)], capture_output=True, text=True, check=False,
-                          cwd=tmp_path)
-    result = json.loads(proc.stdout)
+    proc, result = modules.run("provision_facts", args, tmp_path)
     assert (proc.returncode != 0) == bool(result.get("failed")), proc.stdout + proc.stderr
     return result
 
@@ -293,11 +289,8 @@ def test_dpkg_unfinished_is_read_only_when_asked(tmp_path: Path) -> None:
 def test_the_distributions_listed_are_those_importlib_metadata_finds() -> None:
     """The script reads only the Name and Version lines of each METADATA (for speed): on this project's own
     environment, hundreds of real wheels and an editable install, it must list what importlib.metadata lists."""
-    spec = importlib.util.spec_from_file_location("provision_facts_module", MODULE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    listed = json.loads(subprocess.run([sys.executable, "-I", "-c", module.DISTRIBUTIONS_SCRIPT], capture_output=True,
+    program = modules.utils("environment").program()  # plugins/module_utils/distributions.py, as the hosts run it
+    listed = json.loads(subprocess.run([sys.executable, "-I", "-c", program], capture_output=True,
                                        text=True, check=True).stdout)["distributions"]
     expected: dict[str, str] = {}
     for dist in importlib.metadata.distributions():

@@ -1,4 +1,5 @@
-"""provision_facts' fingerprint (the fast re-apply, issue 29), run for real as Ansible runs it, against this machine's
+"""The fingerprint (the fast re-apply, issue 29; plugins/module_utils/fingerprint.py), run for real as Ansible runs
+provision_preflight (which compares it) and provision_facts (which reads it for the record), against this machine's
 dpkg database and files made here: the same state gives the same digest, and each kind of change names its part.
 
 The whole path (a converged sandbox over SSH, each change by hand sending the next apply down the full path) is
@@ -9,22 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_facts.py"
+from tests.support import modules
+
 IS_ROOT = os.geteuid() == 0
 
 
-def fingerprint(tmp_path: Path, **params) -> dict:
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"fingerprint": params}}))
-    proc = subprocess.run([sys.executable, str(MODULE), str(argfile)], capture_output=True, text=True, check=False,
-                          cwd=tmp_path)
-    result = json.loads(proc.stdout)
+def fingerprint(tmp_path: Path, module: str = "provision_preflight", **params) -> dict:
+    _proc, result = modules.run(module, {"fingerprint": params}, tmp_path)
     assert not result.get("failed"), result
     return result["fingerprint"]
 
@@ -56,6 +52,14 @@ def test_the_same_state_gives_the_same_digest_and_matches_its_record(tmp_path, o
     again = fingerprint(tmp_path, **owned)
     assert again["digest"] == first["digest"]
     assert again["matches"] is True and again["differs"] == []
+
+
+def test_what_the_record_keeps_is_what_the_preflight_compares(tmp_path, owned):
+    """roles/host_record reads the fingerprint with provision_facts, roles/preflight compares with provision_preflight:
+    one reading (plugins/module_utils/fingerprint.py), or no host would ever take the fast path."""
+    record(tmp_path, fingerprint(tmp_path, "provision_facts", **(owned | {"record": ""})))
+    found = fingerprint(tmp_path, **owned)
+    assert found["matches"] is True and found["differs"] == []
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="a root-owned file counts by its content; this runs as another account")

@@ -1,11 +1,10 @@
-"""The ledger's rules (plugins/modules/provision_ledger.py): what an apply owns (there when it ended, not there when
-it began), what a new plan removes (owned, named by the last plan, not by this one), which wheels go with a removed
-one (only owned ones nothing kept requires), apt's simulation read; and the controller's install / replace / remove
-list (provision/ledger.py) against a real Plan."""
+"""The ledger's rules (plugins/module_utils/ledger.py, which plugins/modules/provision_ledger.py and the controller
+import): what an apply owns (there when it ended, not there when it began), what a new plan removes (owned, named by
+the last plan, not by this one), which wheels go with a removed one (only owned ones nothing kept requires), apt's
+simulation read; and the controller's install / replace / remove list (provision/ledger.py) against a real Plan."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -13,13 +12,11 @@ import pytest
 
 from provision.ledger import change_lines, changes
 from provision.pipeline import plan_for
+from tests.support import modules
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE_PATH = ROOT / "plugins" / "modules" / "provision_ledger.py"
-_spec = importlib.util.spec_from_file_location("provision_ledger", MODULE_PATH)
-mod = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = mod
-_spec.loader.exec_module(mod)
+mod = modules.utils("ledger")
+host = modules.module("provision_ledger")  # what acts on the host: apt's simulation read, the root refusal
 
 PLANNED_PYPI = {"packages": [], "wheels": ["numpy", "nvidia-cuda-runtime-cu12", "torch"], "paths": ["/etc/provision"],
                 "units": ["provision-jupyter"], "accounts": ["ml"], "venv": "/opt/provision/venv"}
@@ -111,7 +108,7 @@ def test_unneeded_wheels_follow_only_owned_distributions_nothing_kept_requires()
     ("Reading package lists...\n0 upgraded, 0 newly installed\n", set()),
 ])
 def test_apt_simulation_is_read(text, expected):
-    assert mod.parse_simulation(text) == expected
+    assert host.parse_simulation(text) == expected
 
 
 def test_the_controller_lists_install_replace_and_remove_against_a_plan():
@@ -220,10 +217,10 @@ def test_root_never_runs_the_pip_of_an_environment_another_account_owns(tmp_path
 
     venv = tmp_path / "venv"
     venv.mkdir()
-    mod.refuse_root_in(str(venv))  # root's own environment: allowed
+    host.refuse_root_in(str(venv))  # root's own environment: allowed
     os.chown(venv, 1000, 1000)
     with pytest.raises(mod.LedgerError, match="never as root"):
-        mod.refuse_root_in(str(venv))
+        host.refuse_root_in(str(venv))
 
 
 def test_an_environment_of_another_python_is_made_again(tmp_path):

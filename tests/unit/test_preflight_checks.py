@@ -1,24 +1,22 @@
-"""provision_facts' preflight checks (plugins/modules/provision_facts.py) on the text a host gives them: dpkg's status,
+"""The preflight's checks (plugins/module_utils/preflight.py, run by plugins/modules/provision_preflight.py) on the text
+a host gives them: dpkg's status,
 /proc/net/tcp, apt's sources, the account database; and the module run for real on this machine with a listening
 socket of its own. tests/integration/test_preflight.py makes each case on a stock host and applies."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_facts.py"
-_spec = importlib.util.spec_from_file_location("provision_facts_module", MODULE)
-assert _spec is not None and _spec.loader is not None
-facts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(facts)
+from tests.support import modules
+
+preflight = modules.utils("preflight")
+dpkg = modules.utils("dpkg")
+ledger = modules.utils("ledger")
 
 STATUS = """Package: nvidia-driver
 Status: install ok installed
@@ -58,7 +56,7 @@ Version: 2.10-3
 
 
 def test_dpkg_status_is_read_with_sources_and_states():
-    found = {p["package"]: p for p in facts.parse_dpkg_status(STATUS)}
+    found = {p["package"]: p for p in dpkg.parse_status(STATUS)}
     assert found["libnvidia-tesla-470-cuda1"]["source"] == "nvidia-graphics-drivers-tesla-470"
     assert found["nvidia-settings"]["source"] == "nvidia-settings"  # no Source field: its own name
     assert found["nvidia-installer-cleanup"]["status"] == "half-configured"
@@ -67,7 +65,7 @@ def test_dpkg_status_is_read_with_sources_and_states():
 
 def test_half_configured_lists_failed_scripts_not_interrupted_unpacks():
     # hello was only unpacked (an interrupted run the roles finish with dpkg --configure -a): not refused.
-    assert facts.half_configured(facts.parse_dpkg_status(STATUS)) == ["nvidia-installer-cleanup"]
+    assert dpkg.half_configured(dpkg.parse_status(STATUS)) == ["nvidia-installer-cleanup"]
 
 
 @pytest.mark.parametrize(("branch", "owned", "expected"), [
@@ -79,18 +77,18 @@ def test_half_configured_lists_failed_scripts_not_interrupted_unpacks():
     ("", [], []),  # no driver planned: nothing to compare
 ], ids=["plan-550", "owned", "plan-470", "no-driver"])
 def test_other_branch_packages(branch, owned, expected):
-    packages = facts.parse_dpkg_status(STATUS)
-    assert facts.other_branch_packages(packages, branch, "^nvidia-graphics-drivers(-|$)", [], owned) == expected
+    packages = dpkg.parse_status(STATUS)
+    assert preflight.other_branch_packages(packages, branch, "^nvidia-graphics-drivers(-|$)", [], owned) == expected
 
 
 def test_the_plans_own_package_names_are_not_foreign_at_another_version():
     # An older nvidia-driver the plan names is upgraded by apt to the planned version: not refused.
-    packages = facts.parse_dpkg_status(STATUS)
-    assert facts.other_branch_packages(packages, "470", "^nvidia-graphics-drivers(-|$)", ["nvidia-driver"], []) == []
+    packages = dpkg.parse_status(STATUS)
+    assert preflight.other_branch_packages(packages, "470", "^nvidia-graphics-drivers(-|$)", ["nvidia-driver"], []) == []
 
 
 def test_upstream_branch_skips_the_epoch():
-    assert facts.upstream_branch("1:470.256.02-1") == "470" and facts.upstream_branch("") == ""
+    assert preflight.upstream_branch("1:470.256.02-1") == "470" and preflight.upstream_branch("") == ""
 
 
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
@@ -106,17 +104,17 @@ TCP6 = """  sl  local_address                         remote_address            
 
 
 def test_listeners_on_the_port_only_listening_sockets():
-    assert facts.listeners(TCP, 8888) == [("127.0.0.1", "4242", 1000), ("10.0.0.5", "5151", 1000)]
-    assert facts.listeners(TCP6, 8888) == [("*", "6161", 1000), ("0000:0000:0000:0000:0000:0000:0000:0001", "7171", 1000)]
+    assert preflight.listeners(TCP, 8888) == [("127.0.0.1", "4242", 1000), ("10.0.0.5", "5151", 1000)]
+    assert preflight.listeners(TCP6, 8888) == [("*", "6161", 1000), ("0000:0000:0000:0000:0000:0000:0000:0001", "7171", 1000)]
 
 
 def test_a_holder_whose_descriptors_cannot_be_read_is_named_by_its_account():
     # A container's root has no CAP_SYS_PTRACE: another account's /proc/PID/fd cannot be read, its uid and names can.
     everyone = [{"pid": 7, "name": "python3", "uid": 0, "cgroup": ""},
                 {"pid": 9, "name": "nginx", "uid": 0, "cgroup": ""}]
-    assert facts.holder_line("127.0.0.1", 8888, 0, None, everyone) == (
+    assert preflight.holder_line("127.0.0.1", 8888, 0, None, everyone) == (
         "a process of account 'root' on 127.0.0.1:8888 (its processes: python3 (pid 7), nginx (pid 9))")
-    assert facts.holder_line("*", 8888, 0, [everyone[0]], everyone) == "python3 (pid 7) on *:8888"
+    assert preflight.holder_line("*", 8888, 0, [everyone[0]], everyone) == "python3 (pid 7) on *:8888"
 
 
 @pytest.mark.parametrize(("listening", "bind", "clash"), [
@@ -124,7 +122,7 @@ def test_a_holder_whose_descriptors_cannot_be_read_is_named_by_its_account():
     ("10.0.0.5", "0.0.0.0", True),
 ])
 def test_which_listeners_keep_the_planned_bind(listening, bind, clash):
-    assert facts.overlaps(listening, bind) is clash
+    assert preflight.overlaps(listening, bind) is clash
 
 
 def test_a_process_holding_the_port_is_named_and_provisions_own_unit_is_not():
@@ -132,19 +130,19 @@ def test_a_process_holding_the_port_is_named_and_provisions_own_unit_is_not():
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        holders = facts.port_holders(port, "127.0.0.1", "provision-jupyter.service")
+        holders = preflight.port_holders(port, "127.0.0.1", "provision-jupyter.service")
         assert holders == [f"{Path(f'/proc/{os.getpid()}/comm').read_text().strip()} (pid {os.getpid()}) "
                            f"on 127.0.0.1:{port}"]
         # The unit named in this process's own cgroup stands for provision's Jupyter on a re-apply: not a holder.
         own = Path(f"/proc/{os.getpid()}/cgroup").read_text().strip().rsplit("/", 1)[-1]
         if own:
-            assert facts.port_holders(port, "127.0.0.1", own) == []
-    assert facts.port_holders(port, "127.0.0.1", "") == []  # closed: nobody holds it
+            assert preflight.port_holders(port, "127.0.0.1", own) == []
+    assert preflight.port_holders(port, "127.0.0.1", "") == []  # closed: nobody holds it
 
 
 def test_uid_min_from_login_defs():
-    assert facts.uid_min("# UID_MIN 5\nUID_MIN\t\t\t 1000\nUID_MAX 60000\n") == 1000
-    assert facts.uid_min("") == 1000
+    assert preflight.uid_min("# UID_MIN 5\nUID_MIN\t\t\t 1000\nUID_MAX 60000\n") == 1000
+    assert preflight.uid_min("") == 1000
 
 
 @pytest.mark.parametrize(("entry", "words"), [
@@ -154,7 +152,7 @@ def test_uid_min_from_login_defs():
     ((1001, "/srv/ml"), "exists with the home /srv/ml, and the plan puts it at /home/ml"),
 ], ids=["absent", "normal", "system", "other-home"])
 def test_account_problem(entry, words):
-    said = facts.account_problem("ml", "/home/ml", entry, 1000)
+    said = preflight.account_problem("ml", "/home/ml", entry, 1000)
     assert (words in said and said != "") if words else said == ""
 
 
@@ -162,11 +160,11 @@ REPO = "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64
 
 
 def test_sources_one_line_and_deb822_are_read():
-    one = facts.parse_sources("/etc/apt/sources.list.d/cuda.list",
+    one = preflight.source_entries("/etc/apt/sources.list.d/cuda.list",
                               f"# comment\ndeb [arch=amd64 signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {REPO} /\n")
     assert one == [{"file": "/etc/apt/sources.list.d/cuda.list", "uris": [REPO], "suites": ["/"],
                     "signed_by": "/usr/share/keyrings/cuda-archive-keyring.gpg"}]
-    many = facts.parse_sources("/etc/apt/sources.list.d/debian.sources",
+    many = preflight.source_entries("/etc/apt/sources.list.d/debian.sources",
                                "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie trixie-updates\n"
                                "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
                                "Enabled: no\nTypes: deb\nURIs: http://example.org\nSuites: x\n")
@@ -174,19 +172,19 @@ def test_sources_one_line_and_deb822_are_read():
 
 
 def test_two_keyrings_for_one_repository_conflict_as_apt_says():
-    entries = [*facts.parse_sources("/a.list", f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {REPO} /\n"),
-               *facts.parse_sources("/b.sources", f"Types: deb\nURIs: {REPO}\nSuites: /\nSigned-By: /etc/apt/keyrings/old.gpg\n"),
-               *facts.parse_sources("/c.list", "deb http://deb.debian.org/debian trixie main\n")]
-    conflicts = facts.signed_by_conflicts(entries)
+    entries = [*preflight.source_entries("/a.list", f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {REPO} /\n"),
+               *preflight.source_entries("/b.sources", f"Types: deb\nURIs: {REPO}\nSuites: /\nSigned-By: /etc/apt/keyrings/old.gpg\n"),
+               *preflight.source_entries("/c.list", "deb http://deb.debian.org/debian trixie main\n")]
+    conflicts = preflight.signed_by_conflicts(entries)
     assert len(conflicts) == 1 and "/a.list" in conflicts[0] and "/etc/apt/keyrings/old.gpg" in conflicts[0]
     # A deb-src line and an entry without the trailing slash name the same repository.
-    same = facts.parse_sources("/d.list", f"deb-src [signed-by=/k.gpg] {REPO.rstrip('/')} /\ndeb [signed-by=/k.gpg] {REPO} /\n")
-    assert facts.signed_by_conflicts(same) == []
+    same = preflight.source_entries("/d.list", f"deb-src [signed-by=/k.gpg] {REPO.rstrip('/')} /\ndeb [signed-by=/k.gpg] {REPO} /\n")
+    assert preflight.signed_by_conflicts(same) == []
 
 
 def test_nvidia_repo_with_another_keyring_is_found_when_planned():
-    entries = facts.parse_sources("/etc/apt/sources.list.d/nvidia.list", f"deb {REPO} /\n")
-    found = facts.nvidia_repo_others(entries, "https://developer.download.nvidia.com/compute/cuda/repos/",
+    entries = preflight.source_entries("/etc/apt/sources.list.d/nvidia.list", f"deb {REPO} /\n")
+    found = preflight.nvidia_repo_others(entries, "https://developer.download.nvidia.com/compute/cuda/repos/",
                                      "/usr/share/keyrings/cuda-archive-keyring.gpg")
     assert found == [f"/etc/apt/sources.list.d/nvidia.list ({REPO}, Signed-By unset)"]
 
@@ -195,12 +193,9 @@ def test_the_module_answers_the_preflight_on_this_machine(tmp_path):
     """Run as Ansible runs it, on this controller: a clean read of what this machine has, and the installer file."""
     planted = tmp_path / "nvidia-uninstall"
     planted.write_text("")
-    args = {"preflight": {"driver_branch": "550", "installer_files": [str(planted)], "account": "root",
-                          "home": "/root", "driver_sources": "^nvidia-graphics-drivers(-|$)"}}
-    (tmp_path / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, str(MODULE), str(tmp_path / "args.json")], capture_output=True, text=True,
-                          check=False)
-    result = json.loads(proc.stdout)
+    args = {"driver_branch": "550", "installer_files": [str(planted)], "account": "root", "home": "/root",
+            "driver_sources": "^nvidia-graphics-drivers(-|$)"}
+    _proc, result = modules.run("provision_preflight", args, tmp_path)
     refusals = result["preflight"]["refusals"]
     assert any("NVIDIA's .run installer" in r and str(planted) in r for r in refusals), refusals
     assert any("'root' exists as a system account (uid 0" in r for r in refusals), refusals
@@ -261,14 +256,14 @@ Version: 5.2.37-2
 
 def _ledger(tmp_path: Path, pending: dict | None, owned: tuple[str, ...] = ()) -> Path:
     path = tmp_path / "ledger.json"
-    path.write_text(json.dumps({"schema": "provision.ledger/1", "pending": pending,
+    path.write_text(json.dumps({"schema": ledger.SCHEMA, "pending": pending,
                                 "packages": {name: {"version": "1"} for name in owned}}))
     path.chmod(0o644)
     return path
 
 
 def test_unfinished_lists_every_interrupted_state():
-    assert facts.unfinished(facts.parse_dpkg_status(LEFT)) == {"python3-apt": "2.9.3", "libapt-pkg7.0": "2.9.33"}
+    assert dpkg.unfinished(dpkg.parse_status(LEFT)) == {"python3-apt": "2.9.3", "libapt-pkg7.0": "2.9.33"}
 
 
 @pytest.mark.parametrize(("pending", "owned", "own"), [
@@ -279,8 +274,8 @@ def test_unfinished_lists_every_interrupted_state():
     (None, (), False),  # no apply of provision's began: someone else's
 ], ids=["installing", "there-before", "owned", "upgrading", "no-pending-note"])
 def test_unfinished_work_is_provisions_only_inside_its_own_interrupted_apply(pending, owned, own):
-    left = facts.unfinished(facts.parse_dpkg_status(LEFT))
-    assert facts.provisions_unfinished(left, pending, frozenset(owned)) is own
+    left = dpkg.unfinished(dpkg.parse_status(LEFT))
+    assert preflight.provisions_unfinished(left, pending, frozenset(owned)) is own
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the ledger is read only when root owns it: this run is not root")
@@ -289,10 +284,10 @@ def test_unfinished_work_is_provisions_only_inside_its_own_interrupted_apply(pen
 def test_the_preflight_refuses_foreign_unfinished_work_and_passes_provisions_on(tmp_path, monkeypatch, pending):
     status = tmp_path / "status"
     status.write_text(LEFT)
-    monkeypatch.setattr(facts, "DPKG_STATUS", str(status))
-    monkeypatch.setattr(facts, "dpkg_journal", lambda: False)
-    monkeypatch.setattr(facts, "read_sources", lambda: [])
-    out = facts.read_preflight({"ledger": str(_ledger(tmp_path, pending))})
+    monkeypatch.setattr(dpkg, "STATUS", str(status))
+    monkeypatch.setattr(dpkg, "JOURNAL", str(tmp_path / "no-journal"))
+    monkeypatch.setattr(preflight, "read_sources", lambda: [])
+    out = preflight.read_preflight({"ledger": str(_ledger(tmp_path, pending))})
     if pending is None:
         assert out["found"]["provision_unfinished"] == []
         assert len(out["refusals"]) == 1 and "libapt-pkg7.0" in out["refusals"][0]
@@ -301,5 +296,5 @@ def test_the_preflight_refuses_foreign_unfinished_work_and_passes_provisions_on(
         assert out["refusals"] == [] and out["found"]["provision_unfinished"] == ["libapt-pkg7.0", "python3-apt"]
     # An interrupted unpack alone, not provision's: refused too, naming the package and the command.
     status.write_text(LEFT.replace("half-configured", "installed"))
-    out = facts.read_preflight({"ledger": str(_ledger(tmp_path, None))})
+    out = preflight.read_preflight({"ledger": str(_ledger(tmp_path, None))})
     assert len(out["refusals"]) == 1 and "python3-apt" in out["refusals"][0] and "not start" in out["refusals"][0]

@@ -5,7 +5,6 @@ runs in tests/integration/test_managed_python.py."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 import subprocess
 import sys
@@ -20,15 +19,11 @@ from provision.models import ManagedPython
 from provision.pipeline import plan_for
 from provision.render.ansible import ansible_vars, fingerprint_vars, ledger_planned
 from provision.resources import share_dir
+from tests.support import modules
 
 ROOT = Path(__file__).resolve().parents[2]
 DESKMINI = (ROOT / "profiles" / "deskmini.yaml").read_text()
-MODULE = share_dir("plugins") / "modules" / "provision_ledger.py"
-_spec = importlib.util.spec_from_file_location("provision_ledger_managed", MODULE)
-assert _spec is not None and _spec.loader is not None
-ledger_mod = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = ledger_mod
-_spec.loader.exec_module(ledger_mod)
+ledger_mod = modules.utils("ledger")
 
 
 def profile(tmp_path: Path, *, torch: str | None = None, tf: str | None = None, python: str | None = None,

@@ -3,18 +3,15 @@ planned fingerprint. Keys and packages made here with gpg and dpkg-deb (stand-in
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-MODULE_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_repo_keyring.py"
-_spec = importlib.util.spec_from_file_location("provision_repo_keyring", MODULE_PATH)
-assert _spec is not None and _spec.loader is not None
-mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mod)
+from tests.support import modules
+
+mod = modules.module("provision_repo_keyring")
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and shutil.which("dpkg-deb")), reason="needs gpg and dpkg-deb")
 

@@ -1,0 +1,206 @@
+"""The code provision's modules share (plugins/module_utils), imported as Ansible imports it on a host: apt's sources
+read as apt reads them (whether a stanza is enabled asked of this machine's apt itself), dpkg read as dpkg answers
+on this machine, the one metadata reader run in an interpreter of its own, root-owned JSON and atomic writes, the
+ledger's schema as the controller reads it, and the fingerprint's comparison.
+
+The modules that use them run for real in test_facts_module.py, test_preflight_checks.py, test_fingerprint.py,
+test_ledger.py and test_apt_components.py; on a sandbox host in tests/integration/test_python_apt_module.py (Ansible's
+own module packing) and every apply (Mitogen's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import modules
+
+sources = modules.utils("sources")
+dpkg = modules.utils("dpkg")
+files = modules.utils("files")
+distributions = modules.utils("distributions")
+ledger = modules.utils("ledger")
+fingerprint = modules.utils("fingerprint")
+preflight = modules.utils("preflight")
+apt_components = modules.module("provision_apt_components")
+
+IS_ROOT = os.geteuid() == 0
+# Values of a deb822 stanza's Enabled field, for apt's StringToBool: numbers strtol reads whole, its words, the
+# empty value, and what is neither.
+ENABLED_VALUES = ["no", "No", "FALSE", "false", "off", "disable", "without", "0", "00", "0x0", "+0", "-0", " 0 ",
+                  "yes", "Yes", "true", "on", "enable", "with", "1", "01", "0x1", "2", "-1", "0x", "0b0", "maybe", ""]
+
+
+def apt_enabled(tmp_path: Path, values: list[str]) -> dict[str, bool]:
+    """What this machine's apt makes of each value: one stanza per value in a sources.list.d of its own, and the
+    repositories `apt-get --print-uris update` would fetch (it downloads nothing)."""
+    parts = tmp_path / "sources.list.d"
+    parts.mkdir()
+    stanzas = [f"Types: deb\nURIs: http://example.invalid/{index}\nSuites: x\nComponents: main\nEnabled: {value}\n"
+               for index, value in enumerate(values)]
+    (parts / "enabled.sources").write_text("\n".join(stanzas))
+    proc = subprocess.run(["apt-get", "-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={parts}",
+                           "-o", f"Dir::State::Lists={tmp_path}", "--print-uris", "update"],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    fetched = {line.split("example.invalid/", 1)[1].split("/", 1)[0] for line in proc.stdout.splitlines()
+               if "example.invalid/" in line}
+    return {value: str(index) in fetched for index, value in enumerate(values)}
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get (a Debian or Ubuntu machine)")
+def test_a_stanza_is_enabled_exactly_when_apt_says_so(tmp_path):
+    """apt-pkg/sourcelist.cc: `if (Enabled.empty() == false && StringToBool(Enabled) == false)` skips the stanza."""
+    said = apt_enabled(tmp_path, ENABLED_VALUES)
+    assert {v for v, on in said.items() if not on} >= {"no", "false", "0", "off"}  # the test itself sees apt's rule
+    assert {value: sources.enabled(value) for value in ENABLED_VALUES} == said
+
+
+def test_one_parser_for_the_preflight_and_the_components_module():
+    """A stanza apt skips (Enabled: off) is neither compared by the preflight nor edited by
+    provision_apt_components, and an enabled one is both, with its Signed-By read from the same parse."""
+    text = ("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\n"
+            "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\nEnabled: off\n\n"
+            "Types: deb\nURIs: http://mirror.example.net/debian\nSuites: trixie\nComponents: main\n"
+            "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    path = "/etc/apt/sources.list.d/debian.sources"
+    assert preflight.source_entries(path, text) == [
+        {"file": path, "uris": ["http://mirror.example.net/debian"], "suites": ["trixie"],
+         "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg"}]
+    todo, own = apt_components.plan({path: text}, ["contrib"], "trixie", ["http://mirror.example.net/debian"])
+    assert [e.uris for e in own] == [["http://mirror.example.net/debian"]]
+    assert [(e.index, words) for e, words in todo[path]] == [(1, ["contrib"])]
+
+
+def test_a_one_line_entrys_options_and_a_folded_signed_by_are_read():
+    (entry,) = sources.parse_list("deb [ arch=amd64 signed-by=/k.gpg ] http://deb.debian.org/debian trixie main # c\n")
+    assert (entry.signed_by, entry.uris, entry.suites, entry.components) == (
+        "/k.gpg", ["http://deb.debian.org/debian"], ["trixie"], ["main"])
+    (entry,) = sources.parse_deb822("Types: deb\nURIs: https://r.example\nSuites: /\n"
+                                    "Signed-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n abc\n")
+    assert entry.signed_by == "-----BEGIN PGP PUBLIC KEY BLOCK-----\n.\nabc" and entry.components == []
+
+
+def test_apt_reads_only_the_files_it_reads(tmp_path):
+    parts = tmp_path / "sources.list.d"
+    parts.mkdir()
+    for name in ("a.list", "b.sources", "c.list.save", "d.disabled", "e f.list"):
+        (parts / name).write_text("")
+    (tmp_path / "sources.list").write_text("")
+    assert [Path(p).name for p in sources.source_files(str(tmp_path))] == ["sources.list", "a.list", "b.sources"]
+
+
+def test_dpkg_query_output_is_read_as_installed_versions():
+    text = "bash\tii \t5.2.37-2\nhello\trc \t2.10-3\nlibc6\tii \t2.41-12\nlibc6\tii \t2.41-12\nbad line\n"
+    assert dpkg.parse_query(text, ["bash", "hello", "absent"]) == {"bash": "5.2.37-2", "hello": None, "absent": None}
+    assert dpkg.parse_query(text) == {"bash": "5.2.37-2", "libc6": "2.41-12"}
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg (a Debian or Ubuntu machine)")
+def test_dpkg_is_asked_once_for_names_or_for_everything():
+    """This machine's dpkg: a name it does not know is None (dpkg-query exits 1 and still lists the others), and
+    the whole list holds what was asked by name."""
+    asked = dpkg.query(["dpkg", "no-such-package-here"], 60)
+    assert asked["dpkg"] and asked["no-such-package-here"] is None
+    everything = dpkg.installed(None, 300)
+    assert everything["dpkg"] == asked["dpkg"] and len(everything) > 50
+    status = {p["package"]: p for p in dpkg.read_status()}
+    assert status["dpkg"]["status"] == "installed" and status["dpkg"]["version"] == asked["dpkg"]
+
+
+METADATA = ("Metadata-Version: 2.1\nName: Some_Thing\nVersion: 1.2\n"
+            "License: a licence over\n        several lines\n        \n        with a blank one\n"
+            "Requires-Dist: numpy>=1\nRequires-Dist: Typing_Extensions ; python_version < \"3.11\"\n"
+            "\nRequires-Dist: not-a-header\n")
+
+
+def test_metadata_headers_end_at_the_first_empty_line_not_a_folded_blank_one():
+    lines = METADATA.splitlines(keepends=True)
+    assert distributions.head(lines, ("Name", "Version")) == {"Name": "Some_Thing", "Version": "1.2"}
+    assert distributions.head(lines, ("Name", "Requires-Dist"), repeated=("Requires-Dist",)) == {
+        "Name": "Some_Thing", "Requires-Dist": ["numpy>=1", 'Typing_Extensions ; python_version < "3.11"']}
+
+
+def test_the_ledger_and_the_environment_read_the_same_distributions(tmp_path):
+    """prune_wheels (in-process, as the account) and provision_facts (the environment's interpreter) read one
+    environment with the one reader: the same names."""
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    for name, version, requires in (("Some_Thing", "1.2", ["numpy>=1"]), ("numpy", "2.2.6", [])):
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                       + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    installed, requires = ledger.read_requires(str(tmp_path))
+    assert installed == {"some-thing", "numpy"} and requires == {"some-thing": {"numpy"}, "numpy": set()}
+    found = distributions.installed([str(site)])
+    assert {distributions.normalize(n) for n in found} == installed and found["Some_Thing"] == "1.2"
+
+
+@pytest.mark.parametrize("python", sorted({sys.executable, *(["/usr/bin/python3"] if os.path.exists("/usr/bin/python3") else [])}))
+def test_the_reader_runs_as_a_program_in_another_interpreter(python, tmp_path):
+    """What provision_facts sends to an environment's interpreter is the module file itself (its loader's source)."""
+    sha = tmp_path / "pyvenv.cfg"
+    sha.write_text("x")
+    proc = subprocess.run([python, "-I", "-c", distributions.program(), str(sha)], capture_output=True, text=True,
+                          check=True, cwd=tmp_path)
+    report = json.loads(proc.stdout)
+    assert set(report) == {"python", "distributions", "checksums", "system_site_packages"}
+    assert report["checksums"] == {str(sha): "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"}
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="root_json trusts only root's files: this run is not root")
+def test_root_json_is_read_only_from_a_file_only_root_can_write(tmp_path):
+    path = tmp_path / "ledger.json"
+    files.write_json(str(path), {"schema": ledger.SCHEMA})
+    assert oct(path.stat().st_mode & 0o777) == "0o644" and files.root_json(str(path)) == {"schema": ledger.SCHEMA}
+    path.chmod(0o664)
+    assert files.root_json(str(path)) is None
+    path.chmod(0o644)
+    os.chown(path, 65534, 65534)
+    assert files.root_json(str(path)) is None
+    path.write_text("[1]")
+    os.chown(path, 0, 0)
+    assert files.root_json(str(path)) is None and files.root_json("") is None
+
+
+def test_an_atomic_write_keeps_an_existing_files_mode_when_the_mover_does(tmp_path):
+    path = tmp_path / "sources.list"
+    path.write_text("old\n")
+    path.chmod(0o600)
+    files.atomic_write(str(path), "new\n", move=lambda src, dst: shutil.copymode(dst, src) or os.replace(src, dst))
+    assert path.read_text() == "new\n" and oct(path.stat().st_mode & 0o777) == "0o600"
+    files.atomic_write(str(path), "newer\n")  # os.replace: the mode asked
+    assert path.read_text() == "newer\n" and oct(path.stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sources.list"]  # no temporary file left
+
+
+def test_the_controller_reads_the_ledger_the_host_writes(tmp_path, monkeypatch):
+    """One schema: what provision_ledger writes (module_utils.ledger.write) is what provision.state reads back."""
+    from provision import state
+
+    monkeypatch.setenv("PROVISION_STATE", str(tmp_path / "state"))
+    written = tmp_path / "host-ledger.json"
+    ledger.write(str(written), ledger.empty_ledger())
+    state.write_ledger("h1", json.loads(written.read_text()))
+    assert state.read_ledger("h1") == ledger.empty_ledger()
+    state.write_ledger("h1", {**ledger.empty_ledger(), "schema": "provision.ledger/0"})
+    assert state.read_ledger("h1") is None
+
+
+@pytest.mark.parametrize(("key", "parts", "error", "recorded", "expected"), [
+    ({"vars": "a"}, {"files": "1"}, None, None, (False, ["record"])),
+    ({"vars": "a"}, {"files": "1"}, None, {"key": {"vars": "a"}, "parts": {"files": "1"}}, (True, [])),
+    ({"vars": "b"}, {"files": "2"}, None, {"key": {"vars": "a"}, "parts": {"files": "1"}}, (False, ["key:vars", "files"])),
+    ({"vars": "a"}, {}, "dpkg-query failed", {"key": {"vars": "a"}, "parts": {"files": "1"}}, (False, ["files", "unreadable"])),
+    ({"vars": "a"}, {"files": "1"}, None, {"key": "not a dict", "parts": {"files": "1"}}, (False, ["key:vars"])),
+], ids=["no-record", "same", "changed", "unreadable", "odd-record"])
+def test_the_fingerprint_comparison(key, parts, error, recorded, expected):
+    digest = None if error else fingerprint.digest_of(parts)
+    record = {"fingerprint": {**recorded, "digest": fingerprint.digest_of(recorded["parts"])}} if recorded else {}
+    assert fingerprint.compare(key, parts, digest, error, record) == expected
