@@ -30,8 +30,8 @@ def argument_spec(path: Path) -> dict:
 
 
 def test_every_module_is_checked() -> None:
-    assert NAMES == ["provision_apt_components", "provision_facts", "provision_ledger", "provision_python_apt",
-                     "provision_repo_keyring"]
+    assert NAMES == ["provision_apt_components", "provision_facts", "provision_ledger", "provision_lock",
+                     "provision_python_apt", "provision_repo_keyring"]
 
 
 @pytest.mark.parametrize("name", NAMES)
