@@ -129,7 +129,6 @@ def numpy_imports() -> bool:
     return sh("/opt/provision/venv/bin/python -c 'import numpy'", check=False).returncode == 0
 
 
-@pytest.mark.long  # 297 s on 2 cores under load (2026-11-27): the host's first apply, the wheels' first check, the fetch
 def test_a_wheel_cut_short_in_the_wheelhouse_is_fetched_again_and_the_whole_one_installed(host):
     wheels = host["cache"] / "wheels"
     planned = subprocess.run([str(ROOT / ".venv/bin/provision"), "plan", PROFILE, "--os", "debian-13", "--json"],
