@@ -245,7 +245,7 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
 
         fleet = apply_groups(found.groups, inventory, found.key, check=check, diff=diff, tags=tags,
                              skip_frameworks=skip_frameworks, on_task=display.task, on_start=on_start,
-                             on_path=on_path, sandboxes=sandboxes, become_password=become_password,
+                             on_path=on_path, on_note=activity.log, sandboxes=sandboxes, become_password=become_password,
                              vault_password_file=vault_password_file, full=full, jupyter_password=jupyter_password)
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)

@@ -12,7 +12,11 @@ The CLI prints; this module decides.
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
+import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -69,6 +73,7 @@ class HostResult:
     installed: dict[str, Any] | None = None
     unpredicted: list[str] = field(default_factory=list)  # --check: what the roles could not predict
     path: str = ""  # "fast (fingerprint matches)" or "full (why)", as the preflight said; "" when it did not run
+    notes: list[str] = field(default_factory=list)  # what the apply found and finished on its way (host_record)
 
     def to_state(self) -> dict[str, Any]:
         return {"result": self.result, "profile": self.profile, "step": self.step, "message": self.message}
@@ -277,6 +282,7 @@ def apply_groups(
     on_task: Callable[[str, str, str, str], None] | None = None,
     on_start: Callable[[str], None] | None = None,
     on_path: Callable[[str, str], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
     keep_dir: Path | None = None,
     sandboxes: list[str] | None = None,
     become_password: str | None = None,
@@ -300,7 +306,8 @@ def apply_groups(
     where = f"sandbox {inventory_key[8:]}" if inventory_key.startswith("sandbox:") else inventory_key
     locks = {f"inventory-{state.run_key(inventory_key)}.lock": where}
     locks |= {f"host-{state.run_key(h)}.lock": f"host {h}" for h in targets}
-    with procs.exclusive(locks, directory=state.state_dir() / "locks"):
+    # A lock a provision killed with -9 left is taken over, and on_note says whose it was.
+    with procs.exclusive(locks, directory=state.state_dir() / "locks", on_stale=on_note):
         if sandboxes and not destroy:  # sandbox hosts share the controller's wheelhouse: fill it once for every plan
             for group in groups:
                 if set(group.hosts) & set(sandboxes):
@@ -319,7 +326,7 @@ def apply_groups(
                                  skip_frameworks=skip_frameworks, destroy=destroy, purge_home=purge_home,
                                  full=("--full asked for it" if full else "--tags applies part of the plan" if tags
                                        else "--ask-jupyter-pass gave a password" if jupyter_password else ""),
-                                 partial=bool(tags), interpreters=interpreters)
+                                 partial=bool(tags), interpreters=interpreters, lock=lock_holder())
             write_host_key_vars(work, {h: g.hostvars.get(h, {}) for g in groups for h in g.hosts})
             # StrictHostKeyChecking=accept-new in the inventory, which Mitogen's ssh would shadow
             accept_new_host_keys({h: g.hostvars.get(h, {}) for h, g in targets.items()})
@@ -362,6 +369,7 @@ def apply_groups(
                     hr.verify = _read_json(verify_file)
                 if record_file.is_file():
                     hr.installed = _read_json(record_file)
+                hr.notes = _read_notes(reports / host / "notes.json")
                 fleet.hosts[host] = hr
                 if result == "ok" and not check and destroy:
                     state.forget_host(host)
@@ -394,12 +402,35 @@ def apply_groups(
     return fleet
 
 
+def lock_holder() -> dict[str, Any]:
+    """Who takes each host's apply lock (roles/preflight's gate, plugins/modules/provision_lock.py): this run's token
+    (its processes carry it), this controller's name and machine-id, the account, pid, start and command; and the
+    runs still going on this controller, by which the host tells a lock of ours left by a run that is gone."""
+    try:
+        machine_id = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        machine_id = ""
+    holder = {"token": procs.run_token(), "controller": socket.gethostname(), "machine_id": machine_id,
+              "user": getpass.getuser(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "command": shlex.join(["provision", *sys.argv[1:]])[:300]}
+    return {"holder": holder, "live_tokens": sorted(procs.live_tokens() | {holder["token"]})}
+
+
 def _write_record(host: str, record: dict[str, Any]) -> StateError | None:
     try:
         write_record(host, record)
     except StateError as exc:
         return exc
     return None
+
+
+def _read_notes(path: Path) -> list[str]:
+    """The notes host_record handed over (notes.json: a list of lines); none when there is no such file."""
+    try:
+        notes = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -465,6 +496,7 @@ def summary_lines(fleet: FleetResult, *, check: bool = False) -> tuple[list[str]
                if r.result == "ok" and not check]
     details += [line for host, r in sorted(fleet.hosts.items()) if r.result == "ok"
                 for line in [path_detail(host, r, check=check)] if line]
+    details += [f"{host}: {note}" for host, r in sorted(fleet.hosts.items()) for note in r.notes]
     failures = [f"refused: {host}: {r.message}" if r.result == "refused" else
                 f"failed: {host}: {r.step or r.result}: {r.message}" for host, r in sorted(fleet.hosts.items())
                 if r.result != "ok"]

@@ -15,7 +15,10 @@ started from a worker thread is stopped too; it sweeps whatever still carries it
 Signals are process-wide, so that flag is module state.
 
 The lock (`exclusive`): one `provision apply` per inventory and per host on a controller, with fcntl.flock on files
-under the state directory; the kernel releases it when the process ends, however it ends.
+under the state directory; the kernel releases it when the process ends, however it ends. The holder writes who it is
+into the file and empties it when it ends; a file still naming a holder when its flock is free was left by a provision
+killed with SIGKILL (or a controller that lost power): it is taken over with one line saying whose it was, unless
+processes that apply started still run (ansible-playbook outlives a provision killed with -9), which refuses.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Terminated(KeyboardInterrupt):
 
 _cancel_lock = threading.Lock()
 _cancel_signal: int | None = None  # the signal that asked provision to stop, while a guard() is active
+_guard_token: str | None = None  # the token of the guard() this command runs in (the lock's record names it)
 
 
 def request_cancel(signum: int) -> None:
@@ -145,6 +149,38 @@ def find(*, tokens: Iterable[str] = (), groups: Iterable[int] = (), markers: Ite
             if any(m in cmdline for m in needles):
                 found.add(pid)
     return found
+
+
+def live_tokens() -> set[str]:
+    """Every token in the tags of this user's live processes (Linux): the runs of provision still going here, their
+    leftovers included. A host's apply lock taken by this controller for a run not among them is stale."""
+    found: set[str] = set()
+    if not os.path.isdir("/proc/self"):
+        return found
+    uid = os.getuid()
+    prefix = TAG_VAR.encode() + b"="
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+        except OSError:
+            continue
+        for var in (_read(f"/proc/{entry}/environ") or b"").split(b"\0"):
+            if var.startswith(prefix):
+                found.update(var[len(prefix):].decode(errors="replace").split())
+    return found
+
+
+@functools.cache
+def _own_token() -> str:
+    return new_token()
+
+
+def run_token() -> str:
+    """The token of this command's run: its guard()'s (what its processes carry), else one made once per process."""
+    return _guard_token or _own_token()
 
 
 def _find_ps(groups: set[int]) -> set[int]:
@@ -316,8 +352,9 @@ def guard() -> Iterator[str]:
     """Around a command (`provision apply`): every process it starts carries this guard's token; SIGINT raises
     KeyboardInterrupt and SIGTERM Terminated in the main thread (and sets the flag run() polls); whatever carries the
     token when the command ends, however it ends, is stopped (SIGTERM, then SIGKILL)."""
-    global _cancel_signal
+    global _cancel_signal, _guard_token
     token = new_token()
+    outer_token, _guard_token = _guard_token, token
     old_tag = os.environ.get(TAG_VAR)
     os.environ[TAG_VAR] = tagged_env(token)[TAG_VAR]
     previous: dict[signal.Signals, Any] = {}
@@ -345,6 +382,7 @@ def guard() -> Iterator[str]:
             else:
                 os.environ[TAG_VAR] = old_tag
             _cancel_signal = None
+            _guard_token = outer_token
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -376,15 +414,45 @@ def _holder(fd: int) -> dict[str, Any]:
     return {}
 
 
+def _left_by(fd: int) -> dict[str, Any]:
+    """The record a holder that never emptied the file left in it (we hold the flock: nobody writes it now)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 4096)
+    try:
+        record = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) and record.get("pid") else {}
+
+
+def who(record: dict[str, Any]) -> str:
+    """A lock holder in words: pid, start time, command line."""
+    return (f"pid {record.get('pid', '?')}, started {record.get('started', '?')}: `{record.get('command', '?')}`"
+            if record else "a process that has not said who it is")
+
+
+def stale_note(record: dict[str, Any], what: str) -> str:
+    """The one line said when a lock left by a provision that is gone is taken over."""
+    return (f"took over the lock on {what} left by a provision apply that is gone ({who(record)}; killed or its "
+            "controller restarted before it could release it)")
+
+
 @contextlib.contextmanager
-def exclusive(locks: dict[str, str], *, directory: Path) -> Iterator[None]:
+def exclusive(locks: dict[str, str], *, directory: Path,
+              on_stale: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold every lock in `locks` (file name -> what it protects, for the message), or none: a lock another process
     holds raises Busy naming that process (pid, start time, command line). Non-blocking: a second apply is refused,
-    never queued behind the first."""
+    never queued behind the first. A lock a holder left without releasing it (its record still in the file: killed
+    with SIGKILL) is taken over, and on_stale(line) says whose it was, unless processes of that holder's run still
+    live (found by the guard token its record names), which raises Busy naming them."""
     directory.mkdir(parents=True, exist_ok=True)
     held: list[int] = []
     me = {"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
           "command": shlex.join(["provision", *sys.argv[1:]])[:300]}
+    if _guard_token:
+        me["token"] = _guard_token
+    left: dict[int, tuple[str, dict[str, Any]]] = {}  # fd -> (what, the record a holder left in it)
+    written: list[int] = []  # emptied again at the end; a record found and not taken over stays for the next try
     try:
         for name in sorted(locks):
             fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children (PEP 446)
@@ -393,20 +461,37 @@ def exclusive(locks: dict[str, str], *, directory: Path) -> Iterator[None]:
             except BlockingIOError:
                 other = _holder(fd)
                 os.close(fd)
-                who = (f"pid {other.get('pid', '?')}, started {other.get('started', '?')}: "
-                       f"`{other.get('command', '?')}`") if other else "a process that has not said who it is"
-                raise Busy(f"another provision apply is running on {locks[name]} ({who}); wait for it to finish or "
-                           f"stop it (kill {other.get('pid', 'PID')}), then run this again") from None
+                raise Busy(f"another provision apply is running on {locks[name]} ({who(other)}); wait for it to "
+                           f"finish or stop it (kill {other.get('pid', 'PID')}), then run this again") from None
             held.append(fd)
+            record = _left_by(fd)
+            if record:
+                left[fd] = (locks[name], record)
+        for what, record in left.values():
+            alive = sorted(find(tokens=[str(record["token"])])) if record.get("token") else []
+            if alive:
+                pids = [str(p) for p in alive[:8]]
+                raise Busy(f"the provision apply that held {what} is gone ({who(record)}) but processes it "
+                           f"started still run: pid {', '.join(pids)}; wait for them to end or stop them "
+                           f"(kill {' '.join(pids)}), then run this again")
+        for fd in held:
             os.ftruncate(fd, 0)
+            written.append(fd)
+            os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, json.dumps(me).encode())
+        notes = [stale_note(record, what) for what, record in left.values()]
+        if on_stale:
+            for note in notes:
+                on_stale(note)
         yield
     finally:
         for fd in held:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+            if fd in written:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
             os.close(fd)  # closing the last descriptor releases the flock
 
 
 __all__ = ["Busy", "Terminated", "TAG_VAR", "cancel_requested", "exclusive", "find", "guard", "guarded",
-           "interruption", "new_token", "parent", "request_cancel", "run", "stop", "stop_session", "tagged_env"]
+           "interruption", "live_tokens", "new_token", "parent", "request_cancel", "run", "run_token", "stale_note", "stop", "stop_session",
+           "tagged_env", "who"]

@@ -103,6 +103,13 @@ options:
         owner, mode, size and modification time, never read as root.
     type: dict
     default: {}
+  space:
+    description:
+      - Where a write ran out of room - C(path) (the file system of this path is read - its mount point, free and
+        total bytes) and C(pip_output) (what a pip install that failed printed - the wheels it was installing, by
+        the sizes its C(Downloading) and C(Using cached) lines give and the size of the local wheels it processed).
+    type: dict
+    default: {}
 author: provision maintainers (!UNKNOWN)
 """
 
@@ -179,9 +186,19 @@ fingerprint:
   returned: always
   type: dict
   sample: {"digest": "3f1c...", "matches": true, "differs": [], "parts": {"packages": "a9e0..."}}
+space:
+  description:
+    - With O(space), C(path), C(mount) (the mount point of its file system), C(free) and C(total) (bytes; C(free) as
+      an unprivileged account gets it), C(wheels) (the wheels pip was installing, by name) and C(wheels_bytes) (their
+      size as downloaded, summed; unpacked they take more). Empty when not asked.
+  returned: always
+  type: dict
+  sample: {"path": "/opt/provision/venv", "mount": "/opt/provision", "free": 4096, "total": 31457280,
+           "wheels": ["numpy-2.2.6-cp313-cp313-manylinux_2_17_x86_64.whl"], "wheels_bytes": 16800000}
 """
 
 # Ansible's layout: the documentation blocks come before the imports.
+import contextlib  # noqa: E402
 import grp  # noqa: E402
 import hashlib  # noqa: E402
 import os  # noqa: E402
@@ -290,6 +307,37 @@ def read_interpreter(path: str) -> dict:
     return {"path": path, "version": version}
 
 
+_PIP_SIZED = re.compile(r"(?:Downloading|Using cached) (?:\S*/)?([^/\s]+\.whl) \(([\d.]+) (kB|MB|GB|bytes)\)")
+_PIP_LOCAL = re.compile(r"Processing (/\S+\.whl)")
+_UNITS = {"bytes": 1, "kB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3}  # pip's sizes are decimal (pip._internal.utils)
+
+
+def mount_point(path: str) -> str:
+    path = os.path.realpath(path)
+    while not os.path.ismount(path) and path != "/":
+        path = os.path.dirname(path)
+    return path
+
+
+def read_space(params: dict) -> dict:
+    """The room on the file system of `path` (the nearest existing directory above it), and the size of the wheels
+    a failed pip install was installing, from what it printed."""
+    path = str(params.get("path") or "/")
+    here = path
+    while not os.path.exists(here) and here != "/":
+        here = os.path.dirname(here)
+    st = os.statvfs(here)
+    wheels: dict[str, int] = {}
+    text = str(params.get("pip_output") or "")
+    for name, size, unit in _PIP_SIZED.findall(text):
+        wheels[name] = int(float(size) * _UNITS[unit])
+    for local in _PIP_LOCAL.findall(text):
+        with contextlib.suppress(OSError):
+            wheels[os.path.basename(local)] = os.stat(local).st_size
+    return {"path": path, "mount": mount_point(here), "free": st.f_bavail * st.f_frsize,
+            "total": st.f_blocks * st.f_frsize, "wheels": sorted(wheels), "wheels_bytes": sum(wheels.values())}
+
+
 def gather(params: dict) -> dict:
     environment = params.get("venv") or {}
     facts = {
@@ -303,6 +351,7 @@ def gather(params: dict) -> dict:
         "interpreter": read_interpreter(params.get("interpreter") or ""),
         "venv": {},
         "fingerprint": fingerprint.read(params["fingerprint"]) if params.get("fingerprint") else {},
+        "space": read_space(params["space"]) if params.get("space") else {},
     }
     if environment:
         path, owner = environment.get("path"), environment.get("owner")
@@ -334,6 +383,7 @@ def main() -> None:
             "accounts": {"type": "list", "elements": "str", "default": []},
             "interpreter": {"type": "path", "default": ""},
             "fingerprint": {"type": "dict", "default": {}},
+            "space": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )

@@ -128,7 +128,7 @@ ROLE_PREREQUISITES = ("acl", "python3-apt", "python3-packaging", "python3-venv",
 # What the fast re-apply leaves out of the files it reads: the environment (its distributions count instead), the
 # verifier's reports and the record and ledger themselves (written on every apply), the downloads' cache.
 FINGERPRINT_SKIP = ("/var/lib/provision/verify", "/var/lib/provision/applied.json", "/var/lib/provision/ledger.json",
-                    "/var/cache/provision")
+                    "/var/lib/provision/apply.lock", "/var/cache/provision")
 # The environment's files the roles write, read by the environment's account (roles/python_env, roles/jupyter).
 FINGERPRINT_VENV_FILES = ("pip.conf", "share/jupyter/kernels/python3/kernel.json",
                           "share/jupyter/lab/settings/overrides.json", "etc/jupyter/labconfig/page_config.json")
@@ -355,6 +355,14 @@ def _hosts_and(hosts: str | list[str], group: str) -> list[str]:
     return [*([hosts] if isinstance(hosts, str) else hosts), f"&{group}"]
 
 
+# What one role hands another through the playbook (no role reads another's variables): the apply lock the
+# preflight's gate took (preflight_lock, registered there) goes to host_record, which releases it; the notes of what
+# the apply found and finished on its way (a stale lock taken over, the ledger's finished dpkg work) go to
+# host_record too, which hands them to the controller for the summary (notes.json beside the record).
+HANDOVER = {"host_record_lock_token": "{{ preflight_lock.token | default('') }}"}
+LOCK_NOTE = "([preflight_lock.note] if preflight_lock.note | default('') else [])"
+
+
 def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = VARS_FILE, *,
                   destroy: bool = False) -> list[dict[str, Any]]:
     """The plays of one Plan, after its preflight play: every role on the hosts of the full path, the verifier and
@@ -381,10 +389,12 @@ def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = V
     }
     return [
         {"name": f"Provision {title}", "hosts": _hosts_and(hosts, FULL_GROUP), **common,
+         "vars": {**HANDOVER, "host_record_notes": f"{{{{ {LOCK_NOTE} + (ledger_finished | default([])) }}}}"},
          "tasks": [_include_role(name) for name in ROLES]},
         {"name": f"Verify {title} (fingerprint matches its last converged apply: no role has anything to do)",
          "hosts": _hosts_and(hosts, FAST_GROUP), **common,
-         "vars": {"host_record_fast": True, "gpu_verify_assume_installed": True},
+         "vars": {"host_record_fast": True, "gpu_verify_assume_installed": True, **HANDOVER,
+                  "host_record_notes": f"{{{{ {LOCK_NOTE} }}}}"},
          "roles": [_role(name) for name in FAST_ROLES]},
     ]
 
@@ -404,12 +414,17 @@ def preflight_play(plan: Plan, hosts: str | list[str] = "all", vars_file: str = 
     }
 
 
-def gate_play(hosts: str | list[str]) -> dict[str, Any]:
-    """After every group's preflight: when any host was refused, every other host of the run stops too."""
+def gate_play(hosts: str | list[str], lock: dict[str, Any] | None = None) -> dict[str, Any]:
+    """After every group's preflight: when any host was refused, every other host of the run stops too. Then each
+    host's apply lock is taken (plugins/modules/provision_lock.py); lock: {"holder": who takes it, "live_tokens":
+    the runs still going on that controller}, as provision.fleet says (a rendered playbook run by hand: the lock
+    module makes a token of its own)."""
     return {
         "name": "Preflight gate: change every host or none",
         "hosts": hosts,
         "gather_facts": False,
+        **({"vars": unsafe_strings({"preflight_lock_holder": lock.get("holder") or {},
+                                    "preflight_lock_live_tokens": lock.get("live_tokens") or []})} if lock else {}),
         "tasks": [{"name": "Stop when the preflight refused a host of this run",
                    "ansible.builtin.import_role": {"name": f"{COLLECTION}.{PREFLIGHT}", "tasks_from": "gate"},
                    "tags": [PREFLIGHT, "always"]}],
@@ -443,12 +458,14 @@ def render_ansible(plan: Plan, out_dir: str | Path, *, inventory: dict[str, Any]
 def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path, *,
                  inventory: dict[str, Any] | str | Path | None = None, skip_frameworks: bool = False,
                  destroy: bool = False, purge_home: bool = False, full: str = "",
-                 partial: bool = False, interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
+                 partial: bool = False, interpreters: dict[str, tuple[str, str]] | None = None,
+                 lock: dict[str, Any] | None = None) -> dict[str, Path]:
     """One play per (plan, hosts) group, in one playbook: Ansible runs every host in parallel, each with its own
     profile's variables. hosts None means every host in the inventory (a single plan). With one group the files are
     site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group.
     full: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars); interpreters: the managed
-    interpreters' archives apply fetched and checked, {archive name: (path on the controller, sha256)}."""
+    interpreters' archives apply fetched and checked, {archive name: (path on the controller, sha256)}; lock: who
+    takes each host's apply lock (gate_play)."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     files = {"playbook": out / "site.yml"}
@@ -473,7 +490,7 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         files[f"plan{suffix}"].write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
         sources.append(plan.profile_path or plan.profile)
     every: str | list[str] = "all" if any(h is None for _, h in groups) else sorted({h for _, hs in groups for h in hs or []})
-    write_yaml([*preflights, gate_play(every), *plays] if preflights else plays, files["playbook"])
+    write_yaml([*preflights, gate_play(every, lock), *plays] if preflights else plays, files["playbook"])
     _header(files["playbook"], ", ".join(sources))
     if inventory is not None:
         files["inventory"] = out / "inventory.yml"

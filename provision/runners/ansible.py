@@ -129,6 +129,15 @@ def dpkg_script_error(text: str) -> str:
     return printable(" ".join(line.split()))[:ROLE_MESSAGE_MAX]
 
 
+def host_failure(first: tuple[str, str] | None, task: str, msg: str) -> tuple[str, str]:
+    """The (task, message) a host's summary line names: its first failure, unless a role's rescue said the cause in
+    its own words after it (a failure after another means the first was rescued); that line is the one a person
+    reads (python_env's full disk: the host, the file system, the room there and what the wheels take)."""
+    if first is None or (_ROLE_FAILURE.match(msg) and not _ROLE_FAILURE.match(first[1])):
+        return task, msg
+    return first
+
+
 def failure_message(res: dict[str, Any]) -> str:
     """One line for a failed task: the cause when the output shows a known one, then the module's own words."""
     items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
@@ -593,7 +602,7 @@ def run_playbook(
                 task_seconds[task] = task_seconds.get(task, 0.0) + duration
             if state in ("failed", "unreachable"):
                 failures.append(f"{host}: {task}: {msg}")
-                host_failures.setdefault(host, (task, msg))
+                host_failures[host] = host_failure(host_failures.get(host), task, msg)
                 if state == "unreachable" and event.get("event") == "runner_on_failed":
                     lost.add(host)
             if on_task:

@@ -8,7 +8,7 @@ unpacked with `dpkg --unpack` and left unconfigured.
 - Without provision's pending note the work is someone else's: the preflight refuses the host in one line naming the
   package and the command to run, and nothing changes.
 - With the note (the dpkg snapshot of the host as provision's apply found it, python3-apt absent), the same apply
-  finishes dpkg's work first and converges: exit 0, `provision check` passes, `dpkg --audit` is empty, the ledger owns
+  finishes dpkg's work first and converges: exit 0, the summary says what was finished, `provision check` passes, `dpkg --audit` is empty, the ledger owns
   python3-apt, a file in the account's home stays, and the next apply changes nothing.
 """
 
@@ -84,6 +84,9 @@ def test_provisions_own_interrupted_work_is_finished_and_the_apply_converges(hos
     proc = apply(host["env"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "provision check passed" in proc.stdout + proc.stderr
+    # The summary says what was finished (the ledger role's note, handed to the controller by host_record).
+    assert re.search(rf"^{re.escape(NAME)}: finished the dpkg work an interrupted apply of provision's left: "
+                     r"python3-apt \(dpkg --configure -a", proc.stdout, re.M), proc.stdout[-3000:]
     assert sh("dpkg --audit").stdout == ""
     assert sh("dpkg-query -W -f '${db:Status-Abbrev}' python3-apt").stdout.startswith("ii")
     ledger = json.loads(sh("cat /var/lib/provision/ledger.json").stdout)
@@ -92,4 +95,5 @@ def test_provisions_own_interrupted_work_is_finished_and_the_apply_converges(hos
     again = apply(host["env"], "--full")
     assert again.returncode == 0, again.stdout[-3000:]
     assert int(re.search(r"changed=(\d+)", again.stdout).group(1)) == 0, again.stdout[-3000:]
+    assert "finished the dpkg work" not in again.stdout
     assert sh(f"cat {KEEP}").stdout == "mine\n"

@@ -129,8 +129,15 @@ def test_a_full_disk_names_the_cause_and_the_rerun_converges(host):
     proc = apply(cmds, good)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     failed = [line for line in proc.stderr.splitlines() if line.startswith("failed: ")]
-    assert failed and failed[0].startswith(f"failed: {NAME}: venv | "), proc.stderr[-2000:]
-    assert "the disk is full on the host" in failed[0], failed[0]
+    assert len(failed) == 1 and failed[0].startswith(f"failed: {NAME}: venv | "), proc.stderr[-2000:]
+    # One line: the host, the file system and the room there, and what the wheels pip was installing take.
+    got = re.search(rf"python_env: the disk is full on {NAME}: pip could not install the planned wheels into "
+                    r"/opt/provision/venv: /opt/provision has ([\d.]+) MB free of ([\d.]+) MB, and the wheels pip was "
+                    r"installing take ([\d.]+) MB as downloaded \((\d+) wheels; more once unpacked\)\. Free room "
+                    r"there \(or grow that file system\), then apply again", failed[0])
+    assert got, failed[0]
+    free, total, needed = (float(got.group(i)) for i in (1, 2, 3))
+    assert free < 1.0 and 25 <= total <= 31 and needed > free, failed[0]
     # The operator frees space; the same command converges (pip left nothing that blocks it).
     sh("mount -o remount,size=1g /opt/provision")
     again = apply(cmds, good)

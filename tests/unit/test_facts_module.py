@@ -297,3 +297,22 @@ def test_the_distributions_listed_are_those_importlib_metadata_finds() -> None:
         expected.setdefault(dist.metadata["Name"], dist.version)
     assert len(expected) > 50
     assert listed == expected
+
+
+def test_space_names_the_file_system_its_room_and_the_wheels_pip_was_installing(tmp_path: Path) -> None:
+    local = tmp_path / "wheels" / "demo-1.0-py3-none-any.whl"
+    local.parent.mkdir()
+    local.write_bytes(b"z" * 12345)
+    said = ("Collecting numpy==2.2.6\n  Downloading numpy-2.2.6-cp313-cp313-manylinux_2_17_x86_64.whl.metadata (62 kB)\n"
+            "  Downloading https://files.example/numpy-2.2.6-cp313-cp313-manylinux_2_17_x86_64.whl (16.8 MB)\n"
+            "  Using cached jedi-0.19.2-py2.py3-none-any.whl (1.6 MB)\n"
+            f"Processing {local}\nERROR: Could not install packages due to an OSError: [Errno 28] No space left on "
+            "device\n")
+    result = run_module(tmp_path, space={"path": str(tmp_path / "not-made-yet" / "venv"), "pip_output": said})
+    space = result["space"]
+    st = os.statvfs(tmp_path)
+    assert space["mount"] and os.path.ismount(space["mount"]) and str(tmp_path).startswith(space["mount"])
+    assert space["total"] == st.f_blocks * st.f_frsize and 0 <= space["free"] <= space["total"]
+    assert space["wheels"] == ["demo-1.0-py3-none-any.whl", "jedi-0.19.2-py2.py3-none-any.whl",
+                               "numpy-2.2.6-cp313-cp313-manylinux_2_17_x86_64.whl"]
+    assert space["wheels_bytes"] == 16_800_000 + 1_600_000 + 12345

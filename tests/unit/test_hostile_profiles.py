@@ -139,7 +139,10 @@ def assert_inert(dockerfile: str, playbook: Path, baseline: list[tuple[str, str]
     assert isinstance(plays, list) and len(plays) == 4, plays
     assert set(plays[0]) == {"name", "hosts", "become", "gather_subset", "vars_files", "roles"}
     assert set(plays[1]) == {"name", "hosts", "gather_facts", "tasks"}
-    assert set(plays[2]) == {"name", "hosts", "become", "gather_facts", "environment", "vars_files", "tasks"}
+    assert set(plays[2]) == {"name", "hosts", "become", "gather_facts", "environment", "vars_files", "vars", "tasks"}
+    # The plays' own variables are provision's fixed hand-overs between roles (render.ansible.HANDOVER), no profile text.
+    from provision.render.ansible import HANDOVER, LOCK_NOTE
+    assert plays[2]["vars"] == {**HANDOVER, "host_record_notes": f"{{{{ {LOCK_NOTE} + (ledger_finished | default([])) }}}}"}
     assert all(set(t) == {"name", "ansible.builtin.include_role", "tags"} for t in plays[2]["tasks"])
     assert set(plays[3]) == {"name", "hosts", "become", "gather_facts", "environment", "vars_files", "vars", "roles"}
     assert plays[2]["hosts"] == ["all", "&provision_full"] and plays[3]["hosts"] == ["all", "&provision_fast"]

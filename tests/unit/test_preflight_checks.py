@@ -298,3 +298,16 @@ def test_the_preflight_refuses_foreign_unfinished_work_and_passes_provisions_on(
     status.write_text(LEFT.replace("half-configured", "installed"))
     out = preflight.read_preflight({"ledger": str(_ledger(tmp_path, None))})
     assert len(out["refusals"]) == 1 and "python3-apt" in out["refusals"][0] and "not start" in out["refusals"][0]
+
+
+def test_a_roles_own_line_after_a_rescued_failure_is_the_one_the_summary_names():
+    from provision.runners.ansible import host_failure
+
+    pip = ("venv | Install the requirements from the default index", "the disk is full on the host: [Errno 28] ...")
+    own = ("venv | Stop where the disk is full, naming how much room the wheels need",
+           "python_env: the disk is full on h: pip could not install the planned wheels into /opt/provision/venv: ...")
+    assert host_failure(None, *pip) == pip
+    assert host_failure(pip, *own) == own  # the rescue's words replace the module's
+    assert host_failure(own, *pip) == own  # never the other way
+    later = ("venv | Stop with pip's own words", "the disk is full on the host: [Errno 28] ...")
+    assert host_failure(pip, *later) == pip  # a module's words after another's: the first failure stays

@@ -186,6 +186,69 @@ def test_the_lock_refuses_a_second_holder_names_it_and_dies_with_it(tmp_path):
     assert (tmp_path / "host-a.lock").read_text() == ""
 
 
+GUARDED_HOLDER = textwrap.dedent("""
+    import subprocess, sys, time
+    from pathlib import Path
+    from provision import procs
+    with procs.guard():
+        with procs.exclusive({"host-a.lock": "host a"}, directory=Path(sys.argv[1])):
+            # A child that outlives its provision (as ansible-playbook does when provision is killed with -9).
+            child = subprocess.Popen(["sleep", sys.argv[2]], env=procs.tagged_env("x", None), start_new_session=True)
+            print("held", child.pid, flush=True)
+            time.sleep(120)
+""")
+
+
+def test_a_lock_left_by_a_killed_holder_is_taken_over_with_one_line_naming_it(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "apply", "-i", "inv.yml"], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()  # SIGKILL: its record stays in the file, the kernel drops the flock
+    holder.wait()
+    assert json.loads((tmp_path / "host-a.lock").read_text())["pid"] == holder.pid
+    said: list[str] = []
+    with procs.exclusive({"inventory-x.lock": "inv.yml", "host-a.lock": "host a"}, directory=tmp_path,
+                         on_stale=said.append):
+        assert json.loads((tmp_path / "host-a.lock").read_text())["pid"] == os.getpid()
+    assert len(said) == 2, said  # the inventory's lock and the host's, each said once
+    on_host = [line for line in said if line.startswith("took over the lock on host a ")]
+    assert on_host and on_host[0].startswith(f"took over the lock on host a left by a provision apply that is gone "
+                                             f"(pid {holder.pid}, started "), said
+    assert f"`provision {tmp_path} apply -i inv.yml`" in on_host[0]
+    # Released cleanly this time: the next one takes it without a word.
+    again: list[str] = []
+    with procs.exclusive({"host-a.lock": "host a"}, directory=tmp_path, on_stale=again.append):
+        pass
+    assert again == []
+
+
+def test_a_killed_holder_whose_processes_still_run_is_refused_naming_them(tmp_path):
+    n = 97 + os.getpid() % 50  # a sleep of our own, found by its argument
+    holder = subprocess.Popen([sys.executable, "-c", GUARDED_HOLDER, str(tmp_path), str(n)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    _, child = holder.stdout.readline().split()
+    try:
+        holder.kill()
+        holder.wait()
+        with pytest.raises(procs.Busy) as busy:
+            with procs.exclusive({"host-a.lock": "host a"}, directory=tmp_path):
+                pytest.fail("took a lock whose holder's processes still run")
+        message = str(busy.value)
+        assert message.startswith(f"the provision apply that held host a is gone (pid {holder.pid}, "), message
+        assert f"processes it started still run: pid {child}; " in message and f"(kill {child})" in message
+        # The record stays for the next try; once they are gone, it is taken over.
+        assert json.loads((tmp_path / "host-a.lock").read_text())["pid"] == holder.pid
+    finally:
+        os.kill(int(child), signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while procs.find(markers=[f"sleep {n}"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    said: list[str] = []
+    with procs.exclusive({"host-a.lock": "host a"}, directory=tmp_path, on_stale=said.append):
+        pass
+    assert len(said) == 1 and f"pid {holder.pid}" in said[0], said
+
+
 def test_a_missing_working_directory_is_not_called_a_missing_program(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     for call in (lambda: procs.run_tool(["ls"], "list", cwd=gone), lambda: procs.run(["ls"], cwd=gone)):

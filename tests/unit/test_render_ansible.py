@@ -11,7 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision.pipeline import plan_for
-from provision.render.ansible import PREFLIGHT, ROLES, ansible_vars, render_ansible
+from provision.render.ansible import HANDOVER, LOCK_NOTE, PREFLIGHT, ROLES, ansible_vars, render_ansible
 from provision.resources import collections_dir, share_dir
 from provision.sandbox import inventory as sandbox_inventory
 
@@ -99,7 +99,12 @@ def test_rendered_playbook_passes_syntax_check(deskmini, tmp_path):
     # only the verifier and fetch the record, leaving the record and the ledger as they are; the facts come from the preflight's play.
     assert play["hosts"] == ["all", "&provision_full"] and fast["hosts"] == ["all", "&provision_fast"]
     assert [r["role"] for r in fast["roles"]] == ["provision.gpu.gpu_verify", "provision.gpu.host_record"]
-    assert fast["vars"] == {"host_record_fast": True, "gpu_verify_assume_installed": True}
+    assert fast["vars"] == {"host_record_fast": True, "gpu_verify_assume_installed": True, **HANDOVER,
+                            "host_record_notes": f"{{{{ {LOCK_NOTE} }}}}"}
+    # The apply lock the gate took goes to host_record, which releases it; the notes of what the apply found and
+    # finished (a stale lock taken over, the ledger's finished dpkg work) go to host_record for the summary.
+    assert play["vars"] == {**HANDOVER, "host_record_notes": f"{{{{ {LOCK_NOTE} + (ledger_finished | default([])) }}}}"}
+    assert [t["name"] for t in gate["tasks"]] == ["Stop when the preflight refused a host of this run"]
     assert play["gather_facts"] is False and fast["gather_facts"] is False
     assert preflight["gather_subset"] == ["min", "virtual"]
     # Every host is read and refused before the first change on any (roles/preflight), under --tags too.
