@@ -33,9 +33,10 @@ import psutil
 import pytest
 
 from tests.support.leftovers import Commands, kill_leftovers
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-host-lock"
+NAME = sandbox_name("host-lock")
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
 ARGS = ["--os", "debian-13", "--tags", "python_env", "--yes", "--skip-frameworks"]
 LOCK = "/var/lib/provision/apply.lock"
