@@ -156,7 +156,8 @@ venv:
       null when absent),
       C(distributions) (normalized name to version), C(ok) and C(wrong) (the requirements met, and those not, each
       C({requirement, installed, error})), C(satisfied) (every requirement met), C(error) (why the environment could
-      not be read, or null).
+      not be read, or null), C(unfinished) (C({name, path}) of each dist-info in its site-packages that pip began
+      and did not finish, with no INSTALLER, which pip writes after the wheel's last file).
   returned: always
   type: dict
   sample: {"path": "/opt/provision/venv", "exists": true, "python": "3.13", "satisfied": true, "ok": [], "wrong": [],
@@ -198,7 +199,8 @@ fingerprint:
     - With O(fingerprint), C(digest) (one sha256 of all the parts), C(parts) (a sha256 per part - ledger, packages,
       wheels, files, units, accounts, sources, system), C(key) (the O(fingerprint) key, as given), C(matches)
       (the record holds the same key and digest), C(differs) (the names of what differs from the record - C(record)
-      when there is none, C(key:<name>) for a key, else the parts) and C(error) (why a part could not be read; then
+      when there is none, C(key:<name>) for a key, else the parts, and C(pending) when the ledger holds the pending
+      note of an apply that did not finish, when it never matches) and C(error) (why a part could not be read; then
       it never matches). Empty when not asked.
   returned: always
   type: dict
@@ -241,6 +243,8 @@ DISTRIBUTIONS_SCRIPT = (
     "                    break\n"
     "    return found.get('Name'), found.get('Version')\n"
     "found = {}\n"
+    "unfinished = []\n"
+    "prefix = os.path.realpath(sys.prefix) + os.sep\n"
     "for entry in sys.path:\n"
     "    try:\n"
     "        names = sorted(os.listdir(entry or '.'))\n"
@@ -250,6 +254,8 @@ DISTRIBUTIONS_SCRIPT = (
     "        info = os.path.join(entry, sub)\n"
     "        if sub.endswith('.dist-info'):\n"
     "            meta = os.path.join(info, 'METADATA')\n"
+    "            if os.path.realpath(info).startswith(prefix) and not os.path.exists(os.path.join(info, 'INSTALLER')):\n"
+    "                unfinished.append(info)\n"
     "        elif sub.endswith('.egg-info'):\n"
     "            meta = os.path.join(info, 'PKG-INFO') if os.path.isdir(info) else info\n"
     "        else:\n"
@@ -268,7 +274,7 @@ DISTRIBUTIONS_SCRIPT = (
     "    except OSError:\n"
     "        sums[rel] = None\n"
     "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'distributions': found, 'checksums': sums,\n"
-    "                  'system_site_packages': sys.base_prefix in site.PREFIXES}))\n"
+    "                  'system_site_packages': sys.base_prefix in site.PREFIXES, 'unfinished': unfinished}))\n"
 )
 REQUIREMENT = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*(\S+)")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -419,7 +425,26 @@ def parse_distributions(stdout: str, checksums: list[str]) -> dict:
     system_site = data.get("system_site_packages")
     if not isinstance(system_site, bool):
         raise FactsError("the environment's interpreter did not say whether it sees the system's packages")
-    return {"python": python, "distributions": found, "checksums": sums, "system_site_packages": system_site}
+    unfinished = data.get("unfinished", [])
+    if not isinstance(unfinished, list) or not all(isinstance(p, str) for p in unfinished):
+        raise FactsError("the environment's interpreter reported invalid unfinished installs")
+    return {"python": python, "distributions": found, "checksums": sums, "system_site_packages": system_site,
+            "unfinished": unfinished}
+
+
+def unfinished_installs(paths: list[str], venv: str, python: str) -> list[dict]:
+    """The dist-info folders of the environment's own site-packages that pip began and did not finish, as {name
+    (normalized, from the folder's name), path}. pip writes a wheel's files (its METADATA and RECORD among them),
+    then INSTALLER, then the final RECORD: a dist-info without INSTALLER is an install that was cut, whose files may
+    be half written (tests/integration/test_power_cut.py). Only folders directly in <venv>/lib/pythonX.Y/site-packages
+    are taken; anything else the account's interpreter names is left out."""
+    site = os.path.join(venv, "lib", f"python{python}", "site-packages")
+    found = []
+    for path in paths:
+        base = os.path.basename(path)
+        if os.path.dirname(path) == site and base.endswith(".dist-info") and NAME.fullmatch(base.split("-")[0]):
+            found.append({"name": normalize(base.split("-")[0]), "path": path})
+    return found
 
 
 def as_account(owner: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -457,7 +482,7 @@ def directory_owner(path: str) -> str:
 
 def read_environment(path: str, owner: str, requirements: list[str], checksums: list[str]) -> dict:
     result: dict = {"path": path, "owner": owner, "exists": False, "python": None, "distributions": {},
-                    "checksums": dict.fromkeys(checksums), "system_site_packages": None,
+                    "checksums": dict.fromkeys(checksums), "system_site_packages": None, "unfinished": [],
                     "ok": [], "wrong": [], "satisfied": False, "error": None}
     python = os.path.join(path, "bin", "python")
     if not os.path.exists(python):
@@ -479,6 +504,7 @@ def read_environment(path: str, owner: str, requirements: list[str], checksums: 
                 # make again: reported, not fatal.
                 raise FactsError(f"{python} exited {status}: {stderr.strip()[-300:]}")
             result.update(parse_distributions(stdout, checksums))
+            result["unfinished"] = unfinished_installs(result["unfinished"], path, result["python"])
         except FactsError as exc:
             # Whatever the account's interpreter says or does, the answer is "not the planned environment": pip
             # then runs as the account and the role's assert after it says what is still wrong.
@@ -1213,6 +1239,11 @@ def read_fingerprint(params: dict) -> dict:
         differs += [name for name in sorted(set(parts) | set(old_parts)) if parts.get(name) != old_parts.get(name)]
         if error is not None:
             differs.append("unreadable")
+        if ledger.get("pending"):
+            # An apply of provision's began and did not finish (cut: power, a lost connection, a killed controller):
+            # what it left half done need not show in any part (a wheel whose metadata was written before its
+            # files), so the host takes the full path, which finishes it.
+            differs.append("pending")
         answer["differs"] = differs
         answer["matches"] = not differs and digest is not None and recorded.get("digest") == digest
     return answer
