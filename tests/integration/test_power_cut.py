@@ -19,11 +19,20 @@ exactly there and not a few milliseconds later; the host then dies as a whole.
 After each cut, one apply must exit 0 with `provision check` passed, leave `dpkg --audit` empty and no pending note,
 have a ledger that lists what is installed (the planned packages dpkg has, the planned wheels the environment has, the
 environment and the Jupyter unit), keep the planted files of the accounts (a note in each home, a wheel of the notebook
-account's own in the environment, never owned by the ledger), and a second apply (--full) must report changed=0.
+account's own in the environment, never owned by the ledger), and a second apply must report changed=0 (--full for
+the long points; the default point's second apply is a plain one, as a user's next apply is).
 
 The points share one host: the first starts from a bare host (the issue's own case: the cut falls in python3-apt's
 unpack, provision's first install), and each point leaves the host converged for the next, which first takes away
 what its cut needs to be re-made (a wheel uninstalled by the account, packages purged, a unit or files removed).
+A point run without the ones before it converges the host first (ensure_converged).
+
+The default command runs one point, pip-numpy-metadata (a bare host converged, then the cut: about 4 minutes on a
+quiet 2-core machine, 10 under the parallel suite's load); the others are `long` (PROVISION_LONG=1), with their
+figures in docs/reliability.md. Two points found bugs, fixed in the product: pip-numpy-metadata (a wheel whose
+METADATA was written before its libraries read as installed for ever: provision_facts' `unfinished`, the ledger role,
+the fingerprint's `pending`) and dpkg-configure-driver (libc-bin's and nvidia-alternative's pending triggers made
+provision's own interrupted work someone else's: provision_facts' TRIGGERED).
 The driver's reboot step: a container's driver install is its user space only (nvidia_driver's `module.yml`, where
 the reboot is, does not run), so the sandbox path has no reboot to cut after; tests/integration/test_vm_driver.py
 reboots a VM (long).
