@@ -27,8 +27,8 @@ unpack, provision's first install), and each point leaves the host converged for
 what its cut needs to be re-made (a wheel uninstalled by the account, packages purged, a unit or files removed).
 A point run without the ones before it converges the host first (ensure_converged).
 
-The default command runs one point, pip-numpy-metadata (a bare host converged, then the cut: about 4 minutes on a
-quiet 2-core machine, 10 under the parallel suite's load); the others are `long` (PROVISION_LONG=1), with their
+The default command runs one point, pip-numpy-metadata (a bare host converged, then the cut: 405 s on 2 cores
+while other test runs shared them, 2026-11-27); the others are `long` (PROVISION_LONG=1), with their
 figures in docs/reliability.md. Two points found bugs, fixed in the product: pip-numpy-metadata (a wheel whose
 METADATA was written before its libraries read as installed for ever: provision_facts' `unfinished`, the ledger role,
 the fingerprint's `pending`) and dpkg-configure-driver (libc-bin's and nvidia-alternative's pending triggers made
