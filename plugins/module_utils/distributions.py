@@ -108,11 +108,31 @@ def checksums(prefix: str, paths) -> dict:
     return sums
 
 
+def unfinished(entries, prefix: str) -> list:
+    """The dist-info folders under `prefix` (the environment) in `entries` without INSTALLER: pip writes a wheel's
+    files (its METADATA and RECORD among them), then INSTALLER, so one without it is an install that was cut, whose
+    files may be half written (tests/integration/test_power_cut.py)."""
+    prefix = os.path.realpath(prefix) + os.sep
+    found = []
+    for entry in entries:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for name in names:
+            info = os.path.join(entry, name)
+            if (name.endswith(".dist-info") and os.path.realpath(info).startswith(prefix)
+                    and not os.path.exists(os.path.join(info, "INSTALLER"))):
+                found.append(info)
+    return found
+
+
 def report(argv) -> str:
     """What the environment's interpreter prints: JSON of its version, distributions, the checksums of `argv` (paths
-    relative to sys.prefix) and whether it sees the system's packages."""
+    relative to sys.prefix), whether it sees the system's packages and its unfinished installs."""
     return json.dumps({"python": "{}.{}".format(*sys.version_info[:2]), "distributions": installed(sys.path),
-                       "checksums": checksums(sys.prefix, argv), "system_site_packages": sys.base_prefix in site.PREFIXES})
+                       "checksums": checksums(sys.prefix, argv), "system_site_packages": sys.base_prefix in site.PREFIXES,
+                       "unfinished": unfinished(sys.path, sys.prefix)})
 
 
 def program() -> str:

@@ -100,7 +100,8 @@ def check_requirement(requirement: str, installed: dict[str, str]) -> dict:
 
 def parse_distributions(stdout: str, checksums: list[str]) -> dict:
     """The interpreter's answer, validated: {python ("3.13"), distributions ({normalized name: version}),
-    checksums ({asked path: sha256 or None}), system_site_packages (bool)}. Raises ModuleError."""
+    checksums ({asked path: sha256 or None}), system_site_packages (bool), unfinished ([dist-info path])}. Raises
+    ModuleError."""
     if len(stdout) > MAX_OUTPUT:
         raise ModuleError("the environment's interpreter printed more than expected")
     try:
@@ -125,7 +126,26 @@ def parse_distributions(stdout: str, checksums: list[str]) -> dict:
     system_site = data.get("system_site_packages")
     if not isinstance(system_site, bool):
         raise ModuleError("the environment's interpreter did not say whether it sees the system's packages")
-    return {"python": python, "distributions": found, "checksums": sums, "system_site_packages": system_site}
+    unfinished = data.get("unfinished", [])
+    if not isinstance(unfinished, list) or not all(isinstance(p, str) for p in unfinished):
+        raise ModuleError("the environment's interpreter reported invalid unfinished installs")
+    return {"python": python, "distributions": found, "checksums": sums, "system_site_packages": system_site,
+            "unfinished": unfinished}
+
+
+def unfinished_installs(paths: list[str], venv: str, python: str) -> list[dict]:
+    """The dist-info folders of the environment's own site-packages that pip began and did not finish, as {name
+    (normalized, from the folder's name), path}. pip writes a wheel's files (its METADATA and RECORD among them),
+    then INSTALLER, then the final RECORD: a dist-info without INSTALLER is an install that was cut, whose files may
+    be half written (tests/integration/test_power_cut.py). Only folders directly in <venv>/lib/pythonX.Y/site-packages
+    are taken; anything else the account's interpreter names is left out."""
+    site = os.path.join(venv, "lib", f"python{python}", "site-packages")
+    found = []
+    for path in paths:
+        base = os.path.basename(path)
+        if os.path.dirname(path) == site and base.endswith(".dist-info") and NAME.fullmatch(base.split("-")[0]):
+            found.append({"name": distributions.normalize(base.split("-")[0]), "path": path})
+    return found
 
 
 def as_account(owner: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -163,7 +183,7 @@ def directory_owner(path: str) -> str:
 
 def read_environment(path: str, owner: str, requirements: list[str], checksums: list[str]) -> dict:
     result: dict = {"path": path, "owner": owner, "exists": False, "python": None, "distributions": {},
-                    "checksums": dict.fromkeys(checksums), "system_site_packages": None,
+                    "checksums": dict.fromkeys(checksums), "system_site_packages": None, "unfinished": [],
                     "ok": [], "wrong": [], "satisfied": False, "error": None}
     python = os.path.join(path, "bin", "python")
     if not os.path.exists(python):
@@ -185,6 +205,7 @@ def read_environment(path: str, owner: str, requirements: list[str], checksums: 
                 # make again: reported, not fatal.
                 raise ModuleError(f"{python} exited {status}: {stderr.strip()[-300:]}")
             result.update(parse_distributions(stdout, checksums))
+            result["unfinished"] = unfinished_installs(result["unfinished"], path, result["python"])
         except ModuleError as exc:
             # Whatever the account's interpreter says or does, the answer is "not the planned environment": pip
             # then runs as the account and the role's assert after it says what is still wrong.

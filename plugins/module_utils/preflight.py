@@ -18,15 +18,24 @@ TCP_LISTEN = "0A"
 MAX_NAMES = 8
 
 
-def provisions_unfinished(left: dict[str, str], pending: dict | None, owned: frozenset[str] = frozenset()) -> bool:
+# Of dpkg's unfinished states, a package waiting for trigger processing: no install of it was cut, another
+# package's install (or removal) activated one of its triggers (libc-bin's ldconfig, an alternative) and the run
+# ended before dpkg ran it.
+TRIGGERED = ("triggers-awaited", "triggers-pending")
+
+
+def provisions_unfinished(left: dict[str, str], pending: dict | None, owned: frozenset[str] = frozenset(),
+                          triggered: frozenset[str] = frozenset()) -> bool:
     """Whether the dpkg work left unfinished is provision's own: an apply of provision's began (the ledger's pending
     note, written before its first change, is still there) and every package left is one that was not installed at
     that version when it began (that apply was installing it) or one the ledger owns (it was removing or replacing
-    it). Anything else is someone else's to finish."""
+    it). Packages that only wait for their triggers (`triggered`: libc-bin's ldconfig after provision's install
+    of a library was cut) were there before and were not being installed: they count with provision's work as long
+    as every other package left is provision's. Anything else is someone else's to finish."""
     if not left or not isinstance(pending, dict) or not isinstance(pending.get("packages"), dict):
         return False
     before = pending["packages"]
-    return all(before.get(name) != version or name in owned for name, version in left.items())
+    return all(before.get(name) != version or name in owned or name in triggered for name, version in left.items())
 
 
 def upstream_branch(version: str) -> str:
@@ -265,7 +274,9 @@ def read_preflight(params: dict) -> dict:
     journal = dpkg.journal()
     pending = ledger.pending_of(str(params.get("ledger") or ""))
     owned = frozenset(ledger.packages_of(str(params.get("ledger") or "")))
-    own = (bool(left) or journal) and pending is not None and (not left or provisions_unfinished(left, pending, owned))
+    triggered = frozenset(p["package"] for p in packages if p["status"] in TRIGGERED)
+    own = (bool(left) or journal) and pending is not None and (
+        not left or provisions_unfinished(left, pending, owned, triggered))
     found["provision_unfinished"] = sorted(left) or (["(dpkg's journal)"] if journal else []) if own else []
     found["half_configured"] = [] if own else dpkg.half_configured(packages)
     interrupted = [] if own else sorted(set(left) - set(found["half_configured"]))

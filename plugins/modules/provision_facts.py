@@ -145,7 +145,8 @@ venv:
       null when absent),
       C(distributions) (normalized name to version), C(ok) and C(wrong) (the requirements met, and those not, each
       C({requirement, installed, error})), C(satisfied) (every requirement met), C(error) (why the environment could
-      not be read, or null).
+      not be read, or null), C(unfinished) (C({name, path}) of each dist-info in its site-packages that pip began
+      and did not finish, with no INSTALLER, which pip writes after the wheel's last file).
   returned: always
   type: dict
   sample: {"path": "/opt/provision/venv", "exists": true, "python": "3.13", "satisfied": true, "ok": [], "wrong": [],
@@ -181,7 +182,8 @@ fingerprint:
     - With O(fingerprint), C(digest) (one sha256 of all the parts), C(parts) (a sha256 per part - ledger, packages,
       wheels, files, units, accounts, sources, system), C(key) (the O(fingerprint) key, as given), C(matches)
       (the record holds the same key and digest), C(differs) (the names of what differs from the record - C(record)
-      when there is none, C(key:<name>) for a key, else the parts) and C(error) (why a part could not be read; then
+      when there is none, C(key:<name>) for a key, else the parts, and C(pending) when the ledger holds the pending
+      note of an apply that did not finish, when it never matches) and C(error) (why a part could not be read; then
       it never matches). Empty when not asked.
   returned: always
   type: dict

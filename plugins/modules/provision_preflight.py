@@ -131,7 +131,8 @@ fingerprint:
     - With O(fingerprint), C(digest) (one sha256 of all the parts), C(parts) (a sha256 per part - ledger, packages,
       wheels, files, units, accounts, sources, system), C(key) (the O(fingerprint) key, as given), C(matches)
       (the record holds the same key and digest), C(differs) (the names of what differs from the record - C(record)
-      when there is none, C(key:<name>) for a key, else the parts) and C(error) (why a part could not be read; then
+      when there is none, C(key:<name>) for a key, else the parts, and C(pending) when the ledger holds the pending
+      note of an apply that did not finish, when it never matches) and C(error) (why a part could not be read; then
       it never matches). Empty when not asked.
   returned: always
   type: dict

@@ -163,6 +163,17 @@ def test_venv_requirements_are_checked_against_what_its_interpreter_lists(tmp_pa
     assert met["venv"]["satisfied"] is True
 
 
+def test_a_dist_info_pip_did_not_finish_is_named_unfinished(tmp_path: Path, venv: Path) -> None:
+    """pip writes INSTALLER after a wheel's last file: a dist-info without it is an install that was cut (issue 39,
+    tests/integration/test_power_cut.py). It still counts as a distribution, as pip counts it; the ledger role takes
+    its metadata away where it is provision's."""
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "Foo_Bar-1.2.3+cu126.dist-info" / "INSTALLER").write_text("pip\n")
+    env = run_module(tmp_path, venv={"path": str(venv), "owner": OWNER})["venv"]
+    assert env["error"] is None and env["distributions"] == {"foo-bar": "1.2.3+cu126", "numpy": "2.2.6"}
+    assert env["unfinished"] == [{"name": "numpy", "path": str(site / "numpy-2.2.6.dist-info")}]
+
+
 def test_venv_that_sees_the_systems_packages_says_so(tmp_path: Path, venv: Path) -> None:
     cfg = venv / "pyvenv.cfg"
     cfg.write_text(cfg.read_text().replace("include-system-site-packages = false", "include-system-site-packages = true"))

@@ -278,6 +278,19 @@ def test_unfinished_work_is_provisions_only_inside_its_own_interrupted_apply(pen
     assert preflight.provisions_unfinished(left, pending, frozenset(owned)) is own
 
 
+@pytest.mark.parametrize(("left", "own"), [
+    ({"libcuda1": "550.163.01-2", "libc-bin": "2.41-12"}, True),  # ldconfig's trigger, activated by that install
+    ({"libc-bin": "2.41-12"}, True),  # cut while dpkg ran the triggers, after the installs
+    ({"libcuda1": "550.163.01-2", "bash": "5.2.37-2", "libc-bin": "2.41-12"}, False),  # bash's install is not its
+], ids=["with-an-install", "triggers-alone", "with-a-foreign-install"])
+def test_packages_waiting_for_their_triggers_count_with_provisions_work(left, own):
+    """A power cut while dpkg configured the driver's libraries left libc-bin and nvidia-alternative waiting for
+    their triggers (tests/integration/test_power_cut.py): they were installed before, at that version, and must not
+    turn provision's own interrupted apply into someone else's work."""
+    pending = {"packages": {"libc-bin": "2.41-12", "bash": "5.2.37-2"}}
+    assert preflight.provisions_unfinished(left, pending, frozenset(), frozenset({"libc-bin"})) is own
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the ledger is read only when root owns it: this run is not root")
 @pytest.mark.parametrize("pending", [None, {"packages": {"bash": "5.2.37-2"}, "wheels": {}, "absent": []}],
                          ids=["foreign", "provisions"])
