@@ -61,9 +61,10 @@ import psutil
 import pytest
 
 from tests.support.leftovers import Commands
+from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = os.environ.get("PROVISION_TEST_SANDBOX_PREFIX", "pv-e2e") + "-power-cut"
+NAME = sandbox_name("power-cut")
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
 ARGS = ["--os", "debian-13", "--sandbox", NAME, "--yes", "--skip-frameworks"]
 VENV = "/opt/provision/venv"
