@@ -61,28 +61,35 @@ def metadata_file(entry: str, name: str) -> str | None:
     return None
 
 
-def scan(entries, keys, repeated=(), dist_info_only=False, strict=False):
-    """(metadata path, head of it) of every distribution in the directories `entries`, in their order, each
-    directory's names sorted; a metadata file that cannot be read is left out (with `strict`, its OSError is
-    raised)."""
+def listed(entries):
+    """(entry, name) of what each directory in `entries` holds, in their order, each directory's names sorted; a
+    directory that cannot be listed is left out."""
     for entry in entries:
         try:
             names = sorted(os.listdir(entry or "."))
         except OSError:
             continue
         for name in names:
-            if dist_info_only and not name.endswith(".dist-info"):
-                continue
-            meta = metadata_file(entry, name)
-            if meta is None:
-                continue
-            try:
-                with open(meta, encoding="utf-8", errors="replace") as handle:
-                    yield meta, head(handle, keys, repeated)
-            except OSError:
-                if strict:
-                    raise
-                continue
+            yield entry, name
+
+
+def scan(entries, keys, repeated=(), dist_info_only=False, strict=False):
+    """(metadata path, head of it) of every distribution in the directories `entries`, in their order, each
+    directory's names sorted; a metadata file that cannot be read is left out (with `strict`, its OSError is
+    raised)."""
+    for entry, name in listed(entries):
+        if dist_info_only and not name.endswith(".dist-info"):
+            continue
+        meta = metadata_file(entry, name)
+        if meta is None:
+            continue
+        try:
+            with open(meta, encoding="utf-8", errors="replace") as handle:
+                yield meta, head(handle, keys, repeated)
+        except OSError:
+            if strict:
+                raise
+            continue
 
 
 def installed(entries) -> dict:
@@ -114,16 +121,11 @@ def unfinished(entries, prefix: str) -> list:
     files may be half written (tests/integration/test_power_cut.py)."""
     prefix = os.path.realpath(prefix) + os.sep
     found = []
-    for entry in entries:
-        try:
-            names = sorted(os.listdir(entry or "."))
-        except OSError:
-            continue
-        for name in names:
-            info = os.path.join(entry, name)
-            if (name.endswith(".dist-info") and os.path.realpath(info).startswith(prefix)
-                    and not os.path.exists(os.path.join(info, "INSTALLER"))):
-                found.append(info)
+    for entry, name in listed(entries):
+        info = os.path.join(entry, name)
+        if (name.endswith(".dist-info") and os.path.realpath(info).startswith(prefix)
+                and not os.path.exists(os.path.join(info, "INSTALLER"))):
+            found.append(info)
     return found
 
 
