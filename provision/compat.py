@@ -131,6 +131,27 @@ class PythonBuild(_Row):
         return ".".join(self.version.split(".")[:2])
 
 
+class InstallerWheel(_Row):
+    """uv's wheel for one architecture (data/installer.yaml), pinned by its sha256."""
+
+    arch: Literal["x86_64", "aarch64"]
+    file: str  # the wheel's file name on PyPI
+    url: str  # the file on PyPI
+    sha256: str
+
+
+class Installer(_Row):
+    """The environment's installer (data/installer.yaml): uv, a wheel per architecture, installed root-owned at prefix."""
+
+    version: str  # "0.13.9"
+    prefix: str  # /usr/local/lib/provision/uv/0.13.9
+    python_min: str  # the wheel's Requires-Python floor: older environments install with pip
+    wheels: tuple[InstallerWheel, ...]
+
+    def wheel(self, arch: str) -> InstallerWheel | None:
+        return next((w for w in self.wheels if w.arch == arch), None)
+
+
 class OSRow(_Row):
     os_id: str
     distribution: Literal["debian", "ubuntu"]
@@ -388,6 +409,7 @@ class CompatDB(BaseModel):
     python_builds: tuple[PythonBuild, ...] = ()  # python-build-standalone's archives (data/python.yaml)
     python_release_url: str = "https://github.com/astral-sh/python-build-standalone/releases/download/{build}/{archive}"
     python_install_root: str = "/opt/provision/python"
+    installer: Installer | None = None  # uv (data/installer.yaml); None: the environments install with pip
 
     # --- look-ups -------------------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPU | None:
@@ -536,6 +558,7 @@ def _read_db(root: Path) -> CompatDB:
         images = _read(root / "images.yaml")
         policy = _read(root / "policy.yaml")
         python = _read(root / "python.yaml")
+        installer = _read(root / "installer.yaml")
         # Raw rows, like every table above: CompatDB validates them into Instance.
         instances: Any = [{**row, "provider": provider} for provider in ("aws", "gcp", "azure")
                           for row in cloud[provider]]
@@ -572,6 +595,7 @@ def _read_db(root: Path) -> CompatDB:
             python_builds=python["builds"],
             python_release_url=python["release_url"],
             python_install_root=python["install_root"],
+            installer=installer["uv"],
         )
     except (OSError, KeyError, ValidationError) as exc:
         raise DataError(f"the compatibility database in {root} is broken: {exc}") from exc

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from provision import procs, sandbox, state
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_INPUT, EXIT_OK, ProvisionError, RunnerError, UsageError
+from provision.installer import fetch as fetch_installer
 from provision.interpreters import fetch as fetch_interpreter
 from provision.loader import PYTHON_MIRROR, parse_python_mirror
 from provision.models import Plan
@@ -319,6 +320,10 @@ def apply_groups(
             if group.plan.python.managed is not None:
                 path, sha = fetch_interpreter(group.plan.python.managed, log=on_start)
                 interpreters[group.plan.python.managed.archive] = (str(path), sha)
+            if group.plan.python.installer is not None:  # uv's wheel, through the wheelhouse (provision.installer)
+                path, sha = fetch_installer(group.plan.python.installer, index_url=group.plan.pip_index_url,
+                                            log=on_start)
+                interpreters[group.plan.python.installer.wheel] = (str(path), sha)
         single = len(groups) == 1
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = keep_dir or Path(tmp)

@@ -323,6 +323,27 @@ class ManagedPython(_Frozen):
     prefix: str  # where it is unpacked: /opt/provision/python/cpython-3.11.16+20260814
 
 
+class InstallerPlan(_Frozen):
+    """The installer of the environment's wheels (data/installer.yaml): uv's wheel from PyPI for the target's
+    architecture, pinned by sha256, installed root-owned at `prefix` and run as `uv pip install --require-hashes`."""
+
+    tool: Literal["uv"]
+    version: str  # "0.13.9"
+    wheel: str  # the wheel's file name on PyPI
+    url: str  # the file on PyPI, which a host downloads where the controller did not copy it
+    sha256: str
+    prefix: str  # /usr/local/lib/provision/uv/0.13.9: bin/uv, root's alone
+
+    @property
+    def requirement(self) -> str:
+        """The hash-pinned requirement line pip downloads and installs it by (`uv==0.13.9 --hash=sha256:...`)."""
+        return f"{self.tool}=={self.version} --hash=sha256:{self.sha256}"
+
+    @property
+    def binary(self) -> str:
+        return f"{self.prefix}/bin/uv"
+
+
 class PythonPlan(_Frozen):
     version: str  # "3.11"
     source: str  # system | platform | managed
@@ -333,6 +354,9 @@ class PythonPlan(_Frozen):
     # (Colab), they are verified in place rather than installed a second time.
     system_site_packages: bool = False
     managed: ManagedPython | None = None  # source managed: the archive, its hash and where it goes
+    # The environment's wheels are installed with uv where the plan names it; None (plans recorded before, or a
+    # database without data/installer.yaml): with the environment's pip.
+    installer: InstallerPlan | None = None
 
 
 class IndexPlan(_Frozen):

@@ -302,9 +302,10 @@ def host_connection(name: str, connection: str = "ssh", *, port: int | None = No
     a user's machine is reached), or with `docker exec` as root (connection='docker', an option for speed)."""
     common: dict[str, Any] = {
         "ansible_python_interpreter": "/usr/bin/python3",
-        # The sandbox mounts the controller's apt cache and wheelhouse (fill_wheelhouse): pip looks there first.
+        # The sandbox mounts the controller's apt cache and wheelhouse (fill_wheelhouse): pip, and uv where the plan
+        # installs with it, look there too.
         "provision_environment": {"PIP_CACHE_DIR": "/var/cache/provision/pip/users",
-                                  "PIP_FIND_LINKS": WHEELHOUSE_MOUNT},
+                                  "PIP_FIND_LINKS": WHEELHOUSE_MOUNT, "UV_FIND_LINKS": WHEELHOUSE_MOUNT},
         "provision_sandbox": True,
         # A container has no GPU: the verifier compiles its kernels only, and says so. Chosen here, for these hosts
         # alone: on any other host the plan's GPU must answer (gpu_verify_compile_only defaults to false).

@@ -107,7 +107,9 @@ options:
     description:
       - Where a write ran out of room - C(path) (the file system of this path is read - its mount point, free and
         total bytes) and C(pip_output) (what a pip install that failed printed - the wheels it was installing, by
-        the sizes its C(Downloading) and C(Using cached) lines give and the size of the local wheels it processed).
+        the sizes its C(Downloading) and C(Using cached) lines give and the size of the local wheels it processed;
+        where the failed result holds provision_wheels' C(wheel_sizes), the wheels uv had unpacked, those sizes,
+        with C(measure) C(unpacked)).
     type: dict
     default: {}
 author: provision maintainers (!UNKNOWN)
@@ -203,6 +205,7 @@ space:
 import contextlib  # noqa: E402
 import grp  # noqa: E402
 import hashlib  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import pwd  # noqa: E402
 import re  # noqa: E402
@@ -336,8 +339,32 @@ def read_space(params: dict) -> dict:
     for local in _PIP_LOCAL.findall(text):
         with contextlib.suppress(OSError):
             wheels[os.path.basename(local)] = os.stat(local).st_size
+    unpacked = _wheel_sizes(text)  # provision_wheels' report where uv installed: the wheels' sizes unpacked
+    measure = "unpacked" if unpacked else "downloaded"
+    wheels = unpacked or wheels
     return {"path": path, "mount": mount_point(here), "free": st.f_bavail * st.f_frsize,
-            "total": st.f_blocks * st.f_frsize, "wheels": sorted(wheels), "wheels_bytes": sum(wheels.values())}
+            "total": st.f_blocks * st.f_frsize, "wheels": sorted(wheels), "wheels_bytes": sum(wheels.values()),
+            "measure": measure}
+
+
+def _wheel_sizes(text: str) -> dict[str, int]:
+    """Every `wheel_sizes` mapping in a failed task's result (JSON; a loop's results included), merged."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    found: dict[str, int] = {}
+    todo = [data]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            sizes = item.get("wheel_sizes")
+            if isinstance(sizes, dict):
+                found.update({str(k): int(v) for k, v in sizes.items() if isinstance(v, int)})
+            todo.extend(v for k, v in item.items() if k != "wheel_sizes")
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
 
 
 def gather(params: dict) -> dict:

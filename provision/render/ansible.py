@@ -13,7 +13,7 @@ import json
 import os
 import shlex
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -97,6 +97,8 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
         paths += ["/etc/modprobe.d/provision-blacklist-nouveau.conf", "/etc/apt/preferences.d/provision-nvidia-driver.pref"]
     if plan.python.managed is not None:  # the interpreter python_env unpacks: a plan that no longer names it removes it
         paths += [plan.python.managed.prefix]
+    if plan.python.installer is not None:  # uv, which python_env unpacks: another version's directory is removed
+        paths += [str(PurePosixPath(plan.python.installer.prefix).parent), plan.python.installer.prefix]
     return {
         "packages": record_packages(plan),
         "wheels": sorted(set(wheels)),
@@ -148,6 +150,9 @@ def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: b
         # is whole (the archive's sha256 in it), not file by file: thousands of root-owned files read on every apply.
         skip.add(plan.python.managed.prefix)
         files.append(f"{plan.python.managed.prefix}/.provision-complete")
+    if plan.python.installer is not None:  # uv the same way: by its stamp, not its 38 MB binary read each time
+        skip.add(plan.python.installer.prefix)
+        files.append(f"{plan.python.installer.prefix}/.provision-complete")
     return {
         "ledger": "/var/lib/provision/ledger.json",
         "record": "/var/lib/provision/applied.json",
@@ -217,8 +222,19 @@ def managed_python_vars(plan: Plan, fetched: tuple[str, str] | None = None) -> d
     }
 
 
+def installer_vars(plan: Plan, fetched: tuple[str, str] | None = None) -> dict[str, Any]:
+    """python_env_installer: uv's wheel, where the host gets it (src: the controller's checked copy, which `provision
+    apply` fetched; else url, downloaded by the host) and the sha256 it must have. {}: the environment's pip."""
+    uv = plan.python.installer
+    if uv is None:
+        return {}
+    return {"version": uv.version, "wheel": uv.wheel, "prefix": uv.prefix, "src": fetched[0] if fetched else "",
+            "url": "" if fetched else uv.url, "sha256": uv.sha256}
+
+
 def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | None = None,
-                 full: str = "", partial: bool = False, interpreter: tuple[str, str] | None = None) -> dict[str, Any]:
+                 full: str = "", partial: bool = False, interpreter: tuple[str, str] | None = None,
+                 installer: tuple[str, str] | None = None) -> dict[str, Any]:
     """Each role's inputs (names from its meta/argument_specs.yml), all taken from the Plan. full: why every host
     takes the full path ("" lets a host that matches its last converged apply take the fast one); partial: the run
     applies part of the plan (--tags), so the record keeps no fingerprint."""
@@ -231,6 +247,10 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         expect["frameworks"] = []
     expect["source"] = f"plan:{plan.profile}"
     planned = ledger_planned(plan, skip_frameworks=skip_frameworks)
+    # Every role that adds wheels to the environment installs them with uv where the plan names it (python_env
+    # unpacks it first), from the plan's index: uv does not read the environment's pip.conf.
+    uv = plan.python.installer.binary if plan.python.installer is not None else ""
+    index = plan.pip_index_url or ""
     out: dict[str, Any] = {
         "ledger_planned": planned,
         "ledger_venv": venv,
@@ -253,6 +273,8 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "cuda_home": plan.cuda.home,
         "cuda_venv": venv,
         "cuda_venv_owner": user,
+        "cuda_uv": uv,
+        "cuda_index_url": index,
         "cudnn_install": plan.cudnn.install,
         "cudnn_version": plan.cudnn.version or "",
         "cudnn_full_version": plan.cudnn.full_version or "",
@@ -260,6 +282,8 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "cudnn_packages": list(plan.cudnn.packages),
         "cudnn_venv": venv,
         "cudnn_venv_owner": user,
+        "cudnn_uv": uv,
+        "cudnn_index_url": index,
         "python_env_user": user,
         "python_env_version": plan.python.version,
         "python_env_interpreter": plan.python.interpreter,
@@ -270,10 +294,13 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "python_env_index_url": plan.pip_index_url or "",
         "python_env_frameworks": frameworks,
         "python_env_managed": managed_python_vars(plan, interpreter),
+        "python_env_installer": installer_vars(plan, installer),
         "jupyter_enabled": plan.jupyter.enabled,
         "jupyter_user": user,
         "jupyter_venv": venv,
         "jupyter_requirements": list(plan.jupyter.requirements),
+        "jupyter_uv": uv,
+        "jupyter_index_url": index,
         "jupyter_port": plan.jupyter.port,
         "jupyter_bind": plan.jupyter.bind,
         "jupyter_auth": plan.jupyter.auth,
@@ -285,6 +312,8 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "gpu_verify_source": str(verifier_source()),
         "gpu_verify_venv": venv,
         "gpu_verify_user": user,
+        "gpu_verify_uv": uv,
+        "gpu_verify_index_url": index,
         "gpu_verify_requirements": [*plan.verify.nvrtc_requirements, *plan.verify.cuda_python_requirements,
                                     plan.verify.numpy_requirement],
     }
@@ -464,8 +493,8 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
     profile's variables. hosts None means every host in the inventory (a single plan). With one group the files are
     site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group.
     full: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars); interpreters: the managed
-    interpreters' archives apply fetched and checked, {archive name: (path on the controller, sha256)}; lock: who
-    takes each host's apply lock (gate_play)."""
+    interpreters' archives and the installer's wheel apply fetched and checked, {file name: (path on the controller,
+    sha256)}; lock: who takes each host's apply lock (gate_play)."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     files = {"playbook": out / "site.yml"}
@@ -481,8 +510,9 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
             preflights.append(preflight_play(plan, hosts if hosts is not None else "all", vars_rel))
         plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel, destroy=destroy)
         fetched = (interpreters or {}).get(plan.python.managed.archive) if plan.python.managed else None
+        uv = (interpreters or {}).get(plan.python.installer.wheel) if plan.python.installer else None
         role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"), full=full,
-                                 partial=partial, interpreter=fetched)
+                                 partial=partial, interpreter=fetched, installer=uv)
         if destroy:
             role_vars |= {"ledger_destroy": True, "ledger_purge_home": purge_home}
         write_yaml(unsafe_strings(role_vars), files[f"vars{suffix}"])

@@ -106,6 +106,9 @@ class WheelGroup:
     # downloads with dependencies, deletes these wheels and lists the rest exactly; the image installs that list
     # with --no-deps. Used for a framework's cuDNN wheels on a base that carries cuDNN.
     leave_out: tuple[str, ...] = ()
+    # The installer itself (uv's wheel, plan.python.installer): pip installs it outside the environment, root's,
+    # and it installs every group after it.
+    installer: bool = False
 
     @property
     def install_no_deps(self) -> bool:
@@ -180,6 +183,13 @@ def cuda_apt_packages(plan: Plan) -> tuple[str, ...]:
 def wheel_groups(plan: Plan, *, skip_frameworks: bool = False) -> list[WheelGroup]:
     """The wheel directories, in layer order: what changes least first."""
     groups: list[WheelGroup] = []
+    uv = plan.python.installer
+    if uv is not None:
+        groups.append(WheelGroup(
+            "installer", f"the installer, uv {uv.version}",
+            "it installs every group below; it changes only with data/installer.yaml",
+            (uv.requirement,), no_deps=True, installer=True,
+        ))
     cuda_reqs: list[str] = []
     if _cuda_from_wheels(plan):
         cuda_reqs += plan.cuda.packages

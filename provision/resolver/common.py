@@ -14,6 +14,7 @@ from provision.models import (
     ImagePlan,
     IndexName,
     IndexPlan,
+    InstallerPlan,
     JupyterPlan,
     ManagedPython,
     Profile,
@@ -107,6 +108,35 @@ def numpy_requirement(ctx: Ctx, fws: tuple[FrameworkPlan, ...]) -> str:
 
 
 def python_plan(ctx: Ctx, fws: tuple[FrameworkPlan, ...]) -> PythonPlan:
+    """The interpreter and environment (_interpreter_plan), and the installer of its wheels (installer_plan)."""
+    plan = _interpreter_plan(ctx, fws)
+    installer = installer_plan(ctx)
+    return plan.model_copy(update={"installer": installer}) if installer is not None else plan
+
+
+def installer_plan(ctx: Ctx) -> InstallerPlan | None:
+    """uv (data/installer.yaml) for the target's architecture; None where the database names no wheel for it, where
+    the environment's Python is older than uv supports, and on Colab, whose environment sees the platform's packages:
+    uv does not count what the interpreter's own site-packages hold (it installs a second copy; pip counts them).
+    The environment's own pip installs there."""
+    uv = ctx.db.installer
+    wheel = uv.wheel(ctx.profile.target.arch) if uv is not None else None
+    if uv is None or wheel is None or V(ctx.python) < V(uv.python_min) or ctx.profile.target.kind == "colab":
+        return None
+    ctx.reason(
+        "installer",
+        f"uv {uv.version}",
+        f"the environment's wheels are installed with `uv pip install` (measured against pip on the same hash-checked "
+        f"wheelhouse: 2.0-3.5x faster on a real disk, about half the CPU), byte-compiled as pip does; the image's "
+        f"with --require-hashes. uv's own wheel {wheel.file}, sha256 {wheel.sha256[:12]}..., checked before it is "
+        f"unpacked, root-owned in {uv.prefix}; the environment keeps its pip",
+        wheel.source,
+    )
+    return InstallerPlan(tool="uv", version=uv.version, wheel=wheel.file, url=wheel.url, sha256=wheel.sha256,
+                         prefix=uv.prefix)
+
+
+def _interpreter_plan(ctx: Ctx, fws: tuple[FrameworkPlan, ...]) -> PythonPlan:
     db = ctx.db
     assert db.policy is not None  # load_db always reads data/policy.yaml
     system = ctx.system

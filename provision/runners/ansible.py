@@ -92,6 +92,9 @@ _CAUSES = (
     ("(from versions: none)", "the package index the host uses listed no versions at all (unreachable, or a wrong "
                               "index URL)"),
     ("No matching distribution found", "a planned version is not on the package index the host uses"),
+    # uv's words for the same (provision_wheels): a name the index does not list, a version it does not have.
+    ("was not found in the package registry", "a planned version is not on the package index the host uses"),
+    ("there is no version of", "a planned version is not on the package index the host uses"),
     ("Could not get lock", "another process holds the apt/dpkg lock"),
     ("Could not import the python3-apt module", "python3-apt is missing on the host and Ansible's apt module could not "
                                                 "install it (run `apt-get update && apt-get install python3-apt` there)"),

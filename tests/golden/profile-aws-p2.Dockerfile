@@ -32,13 +32,29 @@ RUN apt-get update \
 # The environment has the same path in both stages: the scripts pip writes name their interpreter by path.
 RUN /usr/bin/python3 -m venv /opt/provision/venv
 
+# the installer, uv 0.13.9:
+# it installs every group below; it changes only with data/installer.yaml.
+# requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
+COPY wheels/installer/ /tmp/wheels/installer/
+# uv's wheel, pinned by its sha256 (data/installer.yaml), installed by the environment's pip with that hash
+# required, root-owned under /usr/local/lib/provision/uv/0.13.9, in this stage only: the runtime stage copies the environment,
+# which keeps its own pip, not the installer. uv installs each group below with the hashes required, and, as
+# pip's --no-compile did here, does not byte-compile: the image stays smaller, the first import compiles.
+RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+      --no-deps --target /usr/local/lib/provision/uv/0.13.9 \
+      --find-links /tmp/wheels/installer --require-hashes \
+      --requirement /tmp/wheels/installer/requirements.lock \
+ && rm -rf /tmp/wheels/installer \
+ && /usr/local/lib/provision/uv/0.13.9/bin/uv --version
+
 # CUDA user-space and cuDNN from PyPI wheels:
 # the largest layer; it changes only when the planned CUDA or cuDNN does.
 # Exactly the planned wheels (--no-deps): their declared dependencies are pinned in the same list, and
 # anything else would be a version the plan did not choose.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/cuda/ /tmp/wheels/cuda/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+      --no-index --no-cache --link-mode=copy \
       --no-deps \
       --find-links /tmp/wheels/cuda --require-hashes \
       --requirement /tmp/wheels/cuda/requirements.lock \
@@ -48,7 +64,8 @@ RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-
 # large; changes with the framework pin, less often than the tools after it.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/framework-pytorch/ /tmp/wheels/framework-pytorch/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+      --no-index --no-cache --link-mode=copy \
       --find-links /tmp/wheels/framework-pytorch --require-hashes \
       --requirement /tmp/wheels/framework-pytorch/requirements.lock \
  && rm -rf /tmp/wheels/framework-pytorch
@@ -57,7 +74,8 @@ RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-
 # `python -m provision.verify` compiles its kernels with NVRTC and checks the results with NumPy.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/verify/ /tmp/wheels/verify/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+      --no-index --no-cache --link-mode=copy \
       --find-links /tmp/wheels/verify --require-hashes \
       --requirement /tmp/wheels/verify/requirements.lock \
  && rm -rf /tmp/wheels/verify
@@ -66,7 +84,8 @@ RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-
 # the wheels most likely to change, so they come last.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
 COPY wheels/jupyter/ /tmp/wheels/jupyter/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+      --no-index --no-cache --link-mode=copy \
       --find-links /tmp/wheels/jupyter --require-hashes \
       --requirement /tmp/wheels/jupyter/requirements.lock \
  && rm -rf /tmp/wheels/jupyter

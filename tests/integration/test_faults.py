@@ -105,13 +105,16 @@ def last_run(env: dict[str, str], inventory_file: Path) -> dict:
 
 def test_an_unreachable_index_names_host_step_and_cause(host):
     tmp, env, cmds = host
+    # uv installs the plan's wheels (plan.python.installer); pip's variables too, for a plan without it.
     bad = inventory(tmp / "bad-index.yml", PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_RETRIES="0",
-                    PIP_TIMEOUT="5")
+                    PIP_TIMEOUT="5", UV_INDEX_URL="http://127.0.0.1:9/simple", UV_HTTP_RETRIES="0")
     proc = apply(cmds, bad)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     failed = [line for line in proc.stderr.splitlines() if line.startswith("failed: ")]
     assert failed and failed[0].startswith(f"failed: {NAME}: venv | Install the requirements"), proc.stderr[-2000:]
-    assert "the package index the host uses listed no versions at all" in failed[0], failed[0]
+    # pip says "(from versions: none)"; uv names the refused connection itself.
+    assert re.search(r"the package index the host uses listed no versions at all|a package source refused the "
+                     r"connection", failed[0]), failed[0]
     assert "Traceback" not in proc.stderr
     # The index is back (the inventory without the bad URL), with room on the disk: the re-run converges. Then the
     # host is put back as the next test needs it (no environment, a 30 MB /opt/provision).

@@ -27,6 +27,17 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = sandbox_name("changes")
 PROFILE = ROOT / "profiles/deskmini.yaml"
 KEEP = "/home/ml/notes/keep.txt"
+
+
+def _uv() -> str:
+    from provision.compat import load_db
+
+    uv = load_db().installer
+    assert uv is not None
+    return f"{uv.prefix}/bin/uv"
+
+
+UV = _uv()
 # Files under /etc that the tools rewrite whatever the content: the linker's cache (ldconfig after every package
 # change) and the account tools' backups (useradd and userdel copy passwd to passwd-).
 REWRITTEN = re.compile(r"^/etc/(ld\.so\.cache|(passwd|group|shadow|gshadow|subuid|subgid)-)$")
@@ -142,6 +153,9 @@ def test_pypi_cuda_to_debian_and_back_then_destroy(host):
     assert "nvidia-cuda-runtime-cu12" in ledger["wheels"] and ledger["pending"] is None
     assert "ml" in ledger["accounts"] and "provision-jupyter" in ledger["units"]
     assert "openssh-server" not in ledger["packages"]  # the stock host's, not provision's
+    # uv, which installed the environment's wheels: root's, and the ledger's (destroy below removes it).
+    assert sh(f"stat -c '%U %a' {UV}").stdout.split() == ["root", "755"]
+    assert UV.rsplit("/bin/", 1)[0] in ledger["paths"]
 
     # 2. frameworks: [] plans CUDA 12.4 from Debian. --check --diff lists what goes before anything changes.
     preview = provision(host["env"], "apply", host["b"], "--os", "debian-13", "--sandbox", NAME, "--check", "--diff",
@@ -169,6 +183,7 @@ def test_pypi_cuda_to_debian_and_back_then_destroy(host):
     gone = provision(host["env"], "destroy", "--sandbox", NAME, "--yes")
     assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
     assert sh(f"cat {KEEP}").stdout == "mine\n"  # the home stays without --purge-home
+    assert sh("test -e /usr/local/lib/provision/uv").returncode != 0, sh("ls -laR /usr/local/lib/provision").stdout
     after = snapshot()
     assert after["dpkg"] == host["stock"]["dpkg"], sorted(set(after["dpkg"]) ^ set(host["stock"]["dpkg"]))
     differ = {p for p in set(after["etc"]) | set(host["stock"]["etc"])

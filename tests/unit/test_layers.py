@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("data", {"compat", "plan_rules"}),
     ("models", {"models"}),
     ("profiles and the resolver", {"loader", "resolver", "costs", "report", "drift"}),
-    ("plan", {"pipeline", "doctor", "interpreters"}),
+    ("plan", {"pipeline", "doctor", "interpreters", "installer"}),
     ("render", {"render", "ledger"}),
     ("runners and hosts", {"runners", "tunnel", "sandbox", "vm", "verify.controller"}),
     ("fleet and apply", {"fleet", "apply"}),
