@@ -133,10 +133,11 @@ def test_a_full_disk_names_the_cause_and_the_rerun_converges(host):
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     failed = [line for line in proc.stderr.splitlines() if line.startswith("failed: ")]
     assert len(failed) == 1 and failed[0].startswith(f"failed: {NAME}: venv | "), proc.stderr[-2000:]
-    # One line: the host, the file system and the room there, and what the wheels pip was installing take.
-    got = re.search(rf"python_env: the disk is full on {NAME}: pip could not install the planned wheels into "
-                    r"/opt/provision/venv: /opt/provision has ([\d.]+) MB free of ([\d.]+) MB, and the wheels pip was "
-                    r"installing take ([\d.]+) MB as downloaded \((\d+) wheels; more once unpacked\)\. Free room "
+    # One line: the host, the file system and the room there, and what the wheels being installed take.
+    # uv installs them (the plan's installer): the wheels' room is what uv had unpacked in its cache.
+    got = re.search(rf"python_env: the disk is full on {NAME}: uv could not install the planned wheels into "
+                    r"/opt/provision/venv: /opt/provision has ([\d.]+) MB free of ([\d.]+) MB, and the wheels it was "
+                    r"installing take ([\d.]+) MB unpacked \((\d+) wheels?\)\. Free room "
                     r"there \(or grow that file system\), then apply again", failed[0])
     assert got, failed[0]
     free, total, needed = (float(got.group(i)) for i in (1, 2, 3))

@@ -27,10 +27,11 @@ unpack, provision's first install), and each point leaves the host converged for
 what its cut needs to be re-made (a wheel uninstalled by the account, packages purged, a unit or files removed).
 A point run without the ones before it converges the host first (ensure_converged).
 
-The default command runs one point, pip-numpy-metadata (a bare host converged, then the cut: 405 s on 2 cores
+The default command runs one point, wheel-numpy-files (a bare host converged, then the cut: about 300 s on 2 cores
 while other test runs shared them, 2026-11-27); the others are `long` (PROVISION_LONG=1), with their
-figures in docs/reliability.md. Two points found bugs, fixed in the product: pip-numpy-metadata (a wheel whose
-METADATA was written before its libraries read as installed for ever: provision_facts' `unfinished`, the ledger role,
+figures in docs/reliability.md. Two points found bugs, fixed in the product: pip-numpy-metadata (run while pip
+installed the wheels, before uv; a wheel whose METADATA was written before its libraries read as installed for ever:
+provision_facts' `unfinished`, the ledger role,
 the fingerprint's `pending`) and dpkg-configure-driver (libc-bin's and nvidia-alternative's pending triggers made
 provision's own interrupted work someone else's: provision_facts' TRIGGERED).
 The driver's reboot step: a container's driver install is its user space only (nvidia_driver's `module.yml`, where
@@ -70,6 +71,8 @@ ARGS = ["--os", "debian-13", "--sandbox", NAME, "--yes", "--skip-frameworks"]
 VENV = "/opt/provision/venv"
 SITE = f"{VENV}/lib/python3.13/site-packages"
 UNIT = "/etc/systemd/system/provision-jupyter.service"
+# The environment's installer as /proc shows it: uv (`.../uv pip install ...`), or pip where a plan names no installer.
+INSTALLER = r"(?:/uv pip|bin/pip)"
 DRIVER_USERSPACE = ["libcuda1", "libnvidia-ml1", "nvidia-smi"]
 PLANNED_WHEELS = ["numpy", "jupyterlab", "ipykernel", "nvidia-cuda-runtime-cu12", "nvidia-cuda-nvrtc-cu12",
                   "nvidia-cublas-cu12", "nvidia-cudnn-cu12"]
@@ -112,13 +115,13 @@ POINTS = [
     Point("dpkg-unpack-python3-apt", "nvidia_driver", "power", bare=True, long=True,
           moment=Moment(process=r"dpkg .*--unpack", exists=("/var/lib/dpkg/updates/0*",), freeze=True,
                         what="dpkg unpacking python3-apt (provision's first install), its journal begun")),
-    Point("pip-numpy-metadata", "python_env", "power",
+    Point("wheel-numpy-files", "python_env", "power",
           prepare=f"runuser -u ml -- {VENV}/bin/python -m pip uninstall -y -q numpy",
-          moment=Moment(process=r"bin/pip.* install .*numpy", freeze=True,
-                        exists=(f"{SITE}/numpy-2.2.6.dist-info/METADATA",),
+          moment=Moment(process=INSTALLER + r" install .*numpy", freeze=True,
+                        exists=(f"{SITE}/numpy/__init__.py",),
                         absent=(f"{SITE}/numpy-2.2.6.dist-info/INSTALLER",),
-                        what="pip extracting numpy: its METADATA (and the wheel's RECORD) written, its libraries "
-                             "not yet (pip writes INSTALLER after the last file)")),
+                        what="the installer (uv) copying numpy into the environment: its files part written, its "
+                             "INSTALLER not (uv writes the dist-info after the package's files, INSTALLER last)")),
     Point("unit-written-not-started", "jupyter", "power", long=True,
           prepare=f"systemctl disable --now provision-jupyter; rm -f {UNIT}; systemctl daemon-reload",
           moment=Moment(exists=(UNIT,), what="the Jupyter unit file written, the service not yet enabled")),
@@ -139,11 +142,11 @@ POINTS = [
                         what="python -m venv installing pip into the new environment (no bin/pip yet)")),
     Point("pip-cudnn-controller-killed", "cudnn", "controller", long=True,
           prepare=f"runuser -u ml -- {VENV}/bin/python -m pip uninstall -y -q nvidia-cudnn-cu12",
-          moment=Moment(process=r"bin/pip.* install .*nvidia-cudnn", exists=(f"{SITE}/nvidia/cudnn/lib/lib*",),
+          moment=Moment(process=INSTALLER + r" install .*nvidia-cudnn", exists=(f"{SITE}/nvidia/cudnn/lib/lib*",),
                         what="pip extracting nvidia-cudnn-cu12 (700 MB)")),
     Point("pip-cublas-ssh-dropped", "cudnn", "ssh", long=True,
           prepare=f"runuser -u ml -- {VENV}/bin/python -m pip uninstall -y -q nvidia-cublas-cu12",
-          moment=Moment(process=r"bin/pip.* install .*nvidia-cublas", exists=(f"{SITE}/nvidia/cublas/lib/lib*",),
+          moment=Moment(process=INSTALLER + r" install .*nvidia-cublas", exists=(f"{SITE}/nvidia/cublas/lib/lib*",),
                         what="pip extracting nvidia-cublas-cu12 (390 MB)")),
     Point("cuda-env-file", "cuda", "power", long=True,
           prepare="rm -f /etc/provision/cuda.env /etc/profile.d/provision-cuda.sh",
