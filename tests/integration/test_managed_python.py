@@ -112,6 +112,20 @@ def test_the_pin_gets_its_interpreter_and_the_environment_runs_on_it(host):
     assert changed(again.stdout) == 0, again.stdout[-3000:]
 
 
+@pytest.mark.heavy  # torch 2.1.2 and its CUDA 12.1 wheels from PyPI: about 2.5 GB
+def test_the_real_torch_2_1_2_wheel_runs_on_the_managed_interpreter(host):
+    """The pin itself, not only the mechanics: PyPI's torch 2.1.2 (its CUDA 12.1 build, cp311 only) installed by the
+    apply into the environment on the managed 3.11, imported as the notebook account (no GPU here: CUDA is not
+    initialised, the import and the build's own CUDA version are what is checked)."""
+    proc = provision(host["env"], "apply", host["pinned"], "--os", "debian-13", "--sandbox", NAME, "--yes",
+                     "--index", "pytorch=off", "--python-mirror", str(host["mirror"]))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out = sh("/opt/provision/venv/bin/python -I -c 'import sys, torch; print(\"%d.%d\" % sys.version_info[:2], "
+             "sys.base_prefix, torch.__version__, torch.version.cuda)'", user="ml")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["3.11", host["plan"].python.managed.prefix, "2.1.2", "12.1"], out.stdout
+
+
 @pytest.mark.long  # two environments made again, each with its CUDA, cuDNN and Jupyter wheels: ~10 min on 2 cores
 def test_back_to_the_system_python_and_to_the_managed_one_again(host):
     prefix = host["plan"].python.managed.prefix
