@@ -78,7 +78,7 @@ def main() -> None:
             for case, extra in cases.items():
                 subprocess.run([*cli, "sandbox", "down", NAME], cwd=ROOT, env=env, capture_output=True)
                 timed([*cli, "sandbox", "up", NAME, "--os", "debian-13", "-o", str(tmp / "inventory.yml")], env)
-                apply = [*base[:3], extra[0], *base[3:], *extra[1:]]
+                apply = [*base[:4], extra[0], *base[4:], *extra[1:]]
                 first[case].append(timed(apply, env))
                 again[case].append(timed([*apply, "--full"], env))
                 print(f"run {i + 1} {case}: apply {first[case][-1]:.1f} s, --full re-apply {again[case][-1]:.1f} s",
