@@ -1,23 +1,41 @@
 #!/usr/bin/env python3
 """Where the test command's time goes, from the JUnit report a run wrote (`scripts/test.sh --junitxml=FILE`).
 
-    python scripts/test_report.py FILE [--top 15]
+    python scripts/test_report.py FILE [--top 15] [--workers 3] [--group-seconds tests/group_seconds.json]
 
 Prints the counts (passed, skipped, failed), the seconds per file (setup, call and teardown summed: a file's
-time on its worker) and the slowest tests. docs/testing.md keeps the figures of the runs that were reported.
+time on its worker), the slowest tests, and the groups' figures: their sum over the workers, which is as short as a
+parallel run can be, and the longest group, which it cannot beat either. A run whose wall is near the first is
+balanced; a run near the second waits on that group. docs/testing.md keeps the figures of the runs that were
+reported. --group-seconds FILE writes each group's seconds (tests/group_seconds.json: the order the groups start in).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from pathlib import Path
+
+CONFTEST = Path(__file__).resolve().parents[1] / "tests" / "conftest.py"
+
+
+def shared_host_modules() -> dict[str, str]:
+    """tests/conftest.py's SHARED_HOST_MODULES (module -> group), read without importing it (it needs pytest)."""
+    for node in ast.parse(CONFTEST.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SHARED_HOST_MODULES" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"{CONFTEST}: no SHARED_HOST_MODULES; the groups cannot be told")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--workers", type=int, default=3, help="the run's workers (PROVISION_TEST_WORKERS)")
+    parser.add_argument("--group-seconds", metavar="FILE", help="write each group's seconds there (JSON)")
     args = parser.parse_args()
     root = ET.parse(args.report).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
@@ -44,6 +62,18 @@ def main() -> None:
     print(f"\nthe {args.top} slowest tests:")
     for seconds, name in sorted(tests, reverse=True)[:args.top]:
         print(f"  {seconds:7.1f}  {name}")
+    shared = shared_host_modules()
+    groups: defaultdict[str, float] = defaultdict(float)
+    for path, seconds in per_file.items():
+        groups[shared.get(path, path)] += seconds
+    ranked = dict(sorted(((g, round(s, 1)) for g, s in groups.items()), key=lambda gs: -gs[1]))
+    longest = next(iter(ranked), "")
+    total = sum(groups.values())
+    print(f"\ngroups: {len(groups)}, sum {total:.0f} s; over {args.workers} workers {total / args.workers:.0f} s "
+          f"(wall - that: {wall - total / args.workers:.0f} s); the longest group {ranked.get(longest, 0):.0f} s "
+          f"({longest})")
+    if args.group_seconds:
+        Path(args.group_seconds).write_text(json.dumps(ranked, indent=1) + "\n")
 
 
 if __name__ == "__main__":
