@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 CONFTEST = Path(__file__).resolve().parents[1] / "tests" / "conftest.py"
+GROUP_SECONDS = CONFTEST.with_name("group_seconds.json")
 
 
 def shared_host_modules() -> dict[str, str]:
@@ -28,6 +29,31 @@ def shared_host_modules() -> dict[str, str]:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SHARED_HOST_MODULES" for t in node.targets):
             return ast.literal_eval(node.value)
     raise SystemExit(f"{CONFTEST}: no SHARED_HOST_MODULES; the groups cannot be told")
+
+
+def replay(group_tests: dict[str, list[float]], order: list[str], workers: int) -> float:
+    """The run's end had its tests taken these seconds and its groups been handed out in `order` as
+    tests/conftest.py's scheduler does: one group to each worker, and the next to a worker with two tests or fewer
+    left (xdist's loadscope)."""
+    queue = list(order)
+    pending: list[list[float]] = [[] for _ in range(workers)]
+    clock = [0.0] * workers
+
+    def hand_out(worker: int) -> None:
+        if queue:
+            pending[worker] += group_tests[queue.pop(0)]
+
+    for worker in range(workers):
+        hand_out(worker)
+    for worker in range(workers):
+        if len(pending[worker]) <= 2:
+            hand_out(worker)
+    while any(pending):
+        worker = min((w for w in range(workers) if pending[w]), key=lambda w: clock[w])
+        clock[worker] += pending[worker].pop(0)
+        if len(pending[worker]) <= 2:
+            hand_out(worker)
+    return max(clock)
 
 
 def main() -> None:
@@ -41,6 +67,7 @@ def main() -> None:
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     counts: Counter[str] = Counter()
     per_file: defaultdict[str, float] = defaultdict(float)
+    in_order: defaultdict[str, list[float]] = defaultdict(list)  # each file's tests as its worker ran them
     tests: list[tuple[float, str]] = []
     for suite in suites:
         for case in suite.iter("testcase"):
@@ -50,6 +77,7 @@ def main() -> None:
             cut = next((i for i, part in enumerate(module) if part.startswith("test_")), len(module) - 1)
             path = "/".join(module[:cut + 1]) + ".py"
             per_file[path] += seconds
+            in_order[path].append(seconds)
             tests.append((seconds, f"{path}::{case.get('name')}"))
             outcome = ("failed" if case.find("failure") is not None or case.find("error") is not None
                        else "skipped" if case.find("skipped") is not None else "passed")
@@ -72,6 +100,14 @@ def main() -> None:
     print(f"\ngroups: {len(groups)}, sum {total:.0f} s; over {args.workers} workers {total / args.workers:.0f} s "
           f"(wall - that: {wall - total / args.workers:.0f} s); the longest group {ranked.get(longest, 0):.0f} s "
           f"({longest})")
+    group_tests: defaultdict[str, list[float]] = defaultdict(list)
+    for path, seconds_each in in_order.items():
+        group_tests[shared.get(path, path)] += seconds_each
+    known = json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.is_file() else {}
+    order = sorted(group_tests, key=lambda g: -known.get(g, groups[g]))
+    print(f"replayed through the scheduler over {args.workers} workers: "
+          f"{replay(group_tests, order, args.workers):.0f} s in {GROUP_SECONDS.name}'s order, "
+          f"{replay(group_tests, list(ranked), args.workers):.0f} s longest first by this run")
     if args.group_seconds:
         Path(args.group_seconds).write_text(json.dumps(ranked, indent=1) + "\n")
 
