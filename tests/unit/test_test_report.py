@@ -1,0 +1,40 @@
+"""scripts/test_report.py: a run's figures from its JUnit report, the groups' among them (docs/testing.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Two modules of the shared host's group (tests/conftest.py's SHARED_HOST_MODULES), one module alone, one skipped.
+REPORT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="0" failures="0" skipped="1" tests="4" time="100.0">
+<testcase classname="tests.integration.test_apply" name="test_a" time="40.0"/>
+<testcase classname="tests.integration.test_least_privilege" name="test_b" time="20.0"/>
+<testcase classname="tests.integration.test_faults" name="test_c" time="90.0"/>
+<testcase classname="tests.unit.test_x.TestY" name="test_d" time="2.0"><skipped message="no"/></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_the_groups_sum_over_the_workers_and_the_longest_group(tmp_path):
+    report = tmp_path / "run.xml"
+    report.write_text(REPORT)
+    out = tmp_path / "group_seconds.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts/test_report.py"), str(report), "--workers", "2",
+                           "--group-seconds", str(out)], capture_output=True, text=True, check=True)
+    assert "wall 100 s (1.7 min); 3 passed, 1 skipped" in proc.stdout
+    # deskmini: test_apply's 40 s and test_least_privilege's 20 s, one group; 152 s over 2 workers: 76 s.
+    assert ("groups: 3, sum 152 s; over 2 workers 76 s (wall - that: 24 s); the longest group 90 s "
+            "(tests/integration/test_faults.py)") in proc.stdout, proc.stdout
+    # Longest first: test_faults (90 s) to one worker, deskmini (60 s) to the other; test_faults has one test left,
+    # so its worker takes test_x's 2 s too: 92 s.
+    assert re.search(r"replayed through the scheduler over 2 workers: \d+ s in group_seconds.json's order, 92 s "
+                     r"longest first by this run", proc.stdout), proc.stdout
+    assert json.loads(out.read_text()) == {"tests/integration/test_faults.py": 90.0, "deskmini": 60.0,
+                                           "tests/unit/test_x.py": 2.0}
+    assert list(json.loads(out.read_text())) == ["tests/integration/test_faults.py", "deskmini", "tests/unit/test_x.py"]
