@@ -327,3 +327,20 @@ def test_space_names_the_file_system_its_room_and_the_wheels_pip_was_installing(
     assert space["wheels"] == ["demo-1.0-py3-none-any.whl", "jedi-0.19.2-py2.py3-none-any.whl",
                                "numpy-2.2.6-cp313-cp313-manylinux_2_17_x86_64.whl"]
     assert space["wheels_bytes"] == 16_800_000 + 1_600_000 + 12345
+
+
+def test_space_reads_the_room_and_the_wheels_sizes_pip_or_uv_gave(tmp_path: Path) -> None:
+    """The full-disk line's figures: pip's download lines (sizes as downloaded), or provision_wheels' `wheel_sizes`
+    where uv failed (sizes unpacked, found in a loop's results too); with neither, no wheels."""
+    pip_said = json.dumps({"msg": "ERROR: ...", "stdout": "Downloading numpy-2.2.6-cp313-cp313-manylinux_2_17_x86_64."
+                           "whl (16.1 MB)\nUsing cached nvidia_nvjitlink_cu12-12.6.85-py3-none-manylinux2010_x86_64."
+                           "whl (19.7 MB)\nERROR: No space left on device"})
+    uv_said = json.dumps({"results": [{"skipped": True}, {"failed": True, "msg": "No space left on device",
+                                                          "wheel_sizes": {"numpy==2.2.6": 57_000_000}}]})
+    pip = run_module(tmp_path, space={"path": str(tmp_path / "not" / "yet"), "pip_output": pip_said})["space"]
+    uv = run_module(tmp_path, space={"path": str(tmp_path), "pip_output": uv_said})["space"]
+    neither = run_module(tmp_path, space={"path": str(tmp_path), "pip_output": "No space left on device"})["space"]
+    assert pip["measure"] == "downloaded" and pip["wheels_bytes"] == 35_800_000 and len(pip["wheels"]) == 2
+    assert uv["measure"] == "unpacked" and uv["wheels"] == ["numpy==2.2.6"] and uv["wheels_bytes"] == 57_000_000
+    assert neither["wheels_bytes"] == 0 and neither["wheels"] == []
+    assert 0 < pip["free"] <= pip["total"] and pip["path"].endswith("/not/yet")
