@@ -258,7 +258,10 @@ def verify_plan(ctx: Ctx, cuda: CudaPlan, numpy_req: str) -> VerifyPlan:
 def image_plan(ctx: Ctx, cuda: CudaPlan, cudnn: CudnnPlan, jp: JetPack | None) -> ImagePlan:
     db, sw, target = ctx.db, ctx.profile.software, ctx.profile.target
     platform = "linux/arm64" if target.arch == "aarch64" else "linux/amd64"
-    apt: set[str] = set(ctx.system.python_packages if ctx.system else ("python3", "python3-venv"))
+    # The environment's interpreter: the distribution's python3 and its venv module, or, for a managed Python, the
+    # archive the Dockerfile unpacks (python-build-standalone's builds are self-contained: no OS package needed).
+    apt: set[str] = set() if ctx.managed is not None else set(
+        ctx.system.python_packages if ctx.system else ("python3", "python3-venv"))
     repo: AptRepoPlan | None = None
     if jp is not None:
         base, why = jp.base_image, f"the L4T base of JetPack {jp.jetpack}: containers must match the host's L4T release"

@@ -126,6 +126,12 @@ def test_the_environment_runs_the_managed_interpreter(built: dict) -> None:
     assert built["result"]["labels"]["io.provision.python"] == "3.11"
     link = in_image(TAG, "readlink", "-f", f"{plan.python.venv}/bin/python")
     assert link.stdout.strip() == f"{prefix}/bin/python3.11", link.stdout + link.stderr
+    # The distribution's interpreter is not installed for it: no apt step of the image names python3 or its venv.
+    steps = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", TAG],
+                           capture_output=True, text=True, check=True).stdout
+    assert prefix in steps  # the history holds the runtime stage's steps (the interpreter's copy)
+    installs = [line for line in steps.splitlines() if "apt-get install" in line]
+    assert not [line for line in installs if re.search(r"\spython3(-venv)?\s", line)], installs
 
 
 def test_the_interpreter_is_the_mirrors_archive_byte_for_byte(built: dict) -> None:

@@ -53,6 +53,7 @@ def test_the_distributions_python_stays_where_it_fits(tmp_path):
     plan = plan_for(profile(tmp_path, torch="2.7.1"))
     assert plan.python.source == "system" and plan.python.version == "3.12" and plan.python.managed is None
     assert plan.python.interpreter == "/usr/bin/python3"
+    assert {"python3", "python3-venv"} <= set(plan.image.apt_packages)  # the image's interpreter is the OS's too
 
 
 def test_an_old_pin_on_a_new_os_takes_the_newest_managed_python_that_fits(tmp_path):
@@ -66,6 +67,8 @@ def test_an_old_pin_on_a_new_os_takes_the_newest_managed_python_that_fits(tmp_pa
     assert managed.archive.endswith("-x86_64-unknown-linux-gnu-install_only_stripped.tar.gz")
     assert managed.url.startswith("https://github.com/astral-sh/python-build-standalone/releases/download/")
     assert plan.python.packages == ()  # no python3-venv: the archive has its own venv and ensurepip
+    # Nor in the image: its Dockerfile unpacks the same archive (self-contained), so no distribution python3 either.
+    assert not {"python3", "python3-venv"} & set(plan.image.apt_packages), plan.image.apt_packages
     why = next(r for r in plan.reasons if r.component == "python")
     assert why.choice == "Python 3.11 (managed)"
     assert "pytorch 2.1.2 supports Python 3.8-3.11, not 3.12" in why.why and "ubuntu-24.04 has 3.12" in why.why
