@@ -34,7 +34,7 @@ from pathlib import Path
 from provision.state import cache_lock, cache_root
 
 # Bump when the build below changes: a cache of another recipe is not used.
-STANDIN_RECIPE = "bookworm-python3.11-1"
+STANDIN_RECIPE = "bookworm-python3.11-2"  # -2: with docstrings (torch 2.1.2 asserts them)
 BUILD_RELEASE = "12"  # provision/debian:12 (bookworm) builds it; its python3.11 is the source
 ARCHIVE = "python.tar.gz"  # the built archive inside the recipe's cache folder
 CONTAINER_LABEL = "io.provision.python-standin"
@@ -82,7 +82,9 @@ fi
 
 echo "==> configure"
 # nis would link libnsl.so.2, which a stock Debian 13 lacks (and nis is deprecated): left out.
-./configure --prefix=/python --disable-shared --with-ensurepip=install --without-doc-strings \
+# Docstrings kept, as PBS keeps them: torch asserts them at import (torch.distributed.rpc: "RRef user-facing
+# methods should all have docstrings"), found by the real torch 2.1.2 test on recipe -1, built --without-doc-strings.
+./configure --prefix=/python --disable-shared --with-ensurepip=install \
     py_cv_module_nis=n/a py_cv_module__gdbm=n/a
 echo "==> make -j$(nproc)"
 make -j"$(nproc)"
