@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apt import APT_WAIT
 from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +74,8 @@ def test_debian_12_dist_upgraded_to_13(env):
     # The owner's dist-upgrade: every apt source that names bookworm names trixie, then a full upgrade.
     listed = sh("grep -rl bookworm /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null")
     assert listed.stdout.strip(), "no apt source names bookworm"
-    upgrade = sh("sed -i 's/bookworm/trixie/g' $(grep -rl bookworm /etc/apt/sources.list /etc/apt/sources.list.d "
-                 "2>/dev/null) && apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get -y -q "
+    upgrade = sh(APT_WAIT + "sed -i 's/bookworm/trixie/g' $(grep -rl bookworm /etc/apt/sources.list /etc/apt/sources.list.d "
+                 "2>/dev/null) && apt-get update -q && apt_wait env DEBIAN_FRONTEND=noninteractive apt-get -y -q "
                  "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold full-upgrade",
                  timeout=3000)
     assert upgrade.returncode == 0, upgrade.stdout[-4000:] + upgrade.stderr[-4000:]

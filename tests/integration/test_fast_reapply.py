@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apt import APT_WAIT
 from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +116,8 @@ def test_full_runs_every_role(host):
 # (what a person changes, the words the summary gives, how to see the host repaired; None: nothing to repair)
 CASES = {
     "package-removed": (
-        "apt-get remove -y -qq nvidia-smi",
+        # apt_wait: apt's archive lock, which every sandbox shares, may be held by another sandbox's download.
+        APT_WAIT + "apt_wait apt-get remove -y -qq nvidia-smi",
         "a package changed",
         ("dpkg-query -W -f '${db:Status-Abbrev}' nvidia-smi", "ii")),
     "wheel-removed": (

@@ -61,6 +61,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.apt import APT_WAIT
 from tests.support.leftovers import Commands
 from tests.support.names import sandbox_name
 
@@ -133,7 +134,7 @@ POINTS = [
           moment=Moment(process=r"/usr/lib/apt/methods/https?$", exists=(f"{OWN_ARCHIVE}/partial/*.deb",),
                         freeze=True, what="apt downloading the driver's packages (a .deb half in partial/)")),
     Point("dpkg-configure-driver", "nvidia_driver", "power", long=True,
-          prepare="DEBIAN_FRONTEND=noninteractive apt-get purge -y -q " + " ".join(DRIVER_USERSPACE),
+          prepare=APT_WAIT + "apt_wait env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q " + " ".join(DRIVER_USERSPACE),
           moment=Moment(process=r"dpkg .*--configure", freeze=True,
                         what="dpkg configuring the driver's user-space packages")),
     Point("venv-ensurepip", "python_env", "power", long=True,
