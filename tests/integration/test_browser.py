@@ -102,7 +102,7 @@ def _kernel_name() -> str:
 
 
 def test_the_url_opens_jupyterlab_with_one_named_kernel_and_a_notebook_runs_numpy(url, env):
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
@@ -116,7 +116,10 @@ def test_the_url_opens_jupyterlab_with_one_named_kernel_and_a_notebook_runs_nump
     code += "; print('cell done')"  # the output streams: a framework's import comes seconds after NumPy's line
     driver = _browser()
     try:
-        wait = WebDriverWait(driver, NOTEBOOK_WAIT_S)
+        # JupyterLab re-renders what a wait has just found (a run of 2026-11-27 under load 31: "stale element
+        # reference" from element_to_be_clickable): a wait looks again instead of failing on it.
+        stale = (StaleElementReferenceException,)
+        wait = WebDriverWait(driver, NOTEBOOK_WAIT_S, ignored_exceptions=stale)
         driver.get(url)
         card = wait.until(ec.element_to_be_clickable(
             (By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]')))
@@ -128,20 +131,23 @@ def test_the_url_opens_jupyterlab_with_one_named_kernel_and_a_notebook_runs_nump
                   for c in cards]
         assert labels == [kernel], labels
         card.click()
-        editor = wait.until(ec.element_to_be_clickable(
-            (By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content")))
-        editor.click()
-        editor.send_keys(code)
+        def editor():
+            return wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content")))
+
+        typed = editor()
+        typed.click()
+        typed.send_keys(code)
         # The cell runs once the kernel is up and the keystroke reached the cell. CI's run of 2026-11-27 lost a
         # Shift+Enter sent while the notebook was still settling (kernel Idle, the cell still "[ ]:" 300 s later),
         # so: wait for the kernel, run, and run again only while the cell's prompt shows it never started.
         wait.until(lambda d: "| Idle" in d.find_element(By.CSS_SELECTOR, "#jp-main-statusbar").text)
         prompt = ".jp-NotebookPanel .jp-Cell .jp-InputPrompt"
         for _ in range(3):
-            editor.click()
-            editor.send_keys(Keys.SHIFT, Keys.ENTER)
+            cell = editor()
+            cell.click()
+            cell.send_keys(Keys.SHIFT, Keys.ENTER)
             try:
-                WebDriverWait(driver, 20).until(
+                WebDriverWait(driver, 20, ignored_exceptions=stale).until(
                     lambda d: d.find_elements(By.CSS_SELECTOR, prompt)[0].text.strip() not in ("", "[ ]:"))
                 break
             except TimeoutException:
