@@ -15,9 +15,13 @@ DOCUMENTATION = r"""
 module: provision_wheels
 short_description: Install pinned wheels into a virtual environment with uv, or with its pip
 description:
-  - With O(uv), runs C(uv pip install --python VENV/bin/python --compile-bytecode --link-mode=copy --system-certs)
-    with the requirements (byte-compiled and copied as pip does; TLS checked against the host's certificate store, as
-    Debian's pip does). The packages the environment has besides them are left as they are.
+  - With O(uv), runs C(uv pip install --python VENV/bin/python --compile-bytecode --link-mode=copy --system-certs
+    --cache-dir CACHE) with the requirements (byte-compiled and copied as pip does; TLS checked against the host's
+    certificate store, as Debian's pip does). The packages the environment has besides them are left as they are.
+  - CACHE is provision's own, C(provision-uv) in the account's cache directory (C($XDG_CACHE_HOME), else
+    C(~/.cache)), emptied before the install and removed after it, whatever its outcome. So the wheels are not
+    kept twice on the host (unpacked in a cache as big as the environment), and C(~/.cache/uv), the account's own uv
+    cache, is never touched. Without O(uv), pip runs with C(--no-cache-dir) for the same reason.
   - Refuses (fails without running anything) where O(uv) or a directory above it is a link, is not owned by root, or
     is writable by the account the module runs as, or by everyone.
   - Without O(uv), runs the environment's C(bin/pip install) with the requirements, as ansible.builtin.pip does.
@@ -69,6 +73,7 @@ cmd:
 import contextlib  # noqa: E402  (after DOCUMENTATION, as Ansible modules are laid out)
 import os  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 import stat  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -105,13 +110,19 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def unpacked_sizes(uv: str, reqs: list[str], module: AnsibleModule) -> dict[str, int]:
+def cache_dir() -> str:
+    """provision's own uv cache for one install: `provision-uv` in the account's cache directory. Never `uv`: that
+    one is the account's, for its own uv runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "provision-uv")
+
+
+def unpacked_sizes(cache: str, reqs: list[str]) -> dict[str, int]:
     """The room each requirement takes unpacked, from uv's cache (uv unpacks a wheel there before it copies it into
     the environment: `archive-v0/<id>/<name>-<version>.dist-info`), by the files' sizes. Where a wheel never reached
     the cache it is left out: the figure is then a floor."""
-    rc, out, _err = module.run_command([uv, "cache", "dir"], environ_update={"NO_COLOR": "1"})
-    archives = os.path.join(out.strip(), "archive-v0")
-    if rc != 0 or not os.path.isdir(archives):
+    archives = os.path.join(cache, "archive-v0")
+    if not os.path.isdir(archives):
         return {}
     wanted = {}
     for req in reqs:
@@ -157,17 +168,25 @@ def main() -> None:
         if why:
             module.fail_json(msg=f"provision_wheels: refused to run {uv}: {why}; the python_env role installs it "
                                  "root-owned, apply it again")
+        cache = cache_dir()
+        # Emptied first: what an install cut short (a power cut, a full disk) left there is not used, nor kept.
+        shutil.rmtree(cache, ignore_errors=True)
         cmd = [uv, "pip", "install", "--python", os.path.join(venv, "bin", "python"), "--compile-bytecode",
-               "--link-mode=copy", "--system-certs"]
+               "--link-mode=copy", "--system-certs", "--cache-dir", cache]
     else:
-        cmd = [os.path.join(venv, "bin", "pip"), "install", "--disable-pip-version-check"]
+        cache = ""
+        cmd = [os.path.join(venv, "bin", "pip"), "install", "--disable-pip-version-check", "--no-cache-dir"]
     if index:
         cmd += ["--index-url", index]
     cmd += list(reqs)
     # No terminal: uv draws no progress bars and pip none either; what they print stays in the task's result.
-    rc, out, err = module.run_command(cmd, environ_update={"NO_COLOR": "1"})
+    try:
+        rc, out, err = module.run_command(cmd, environ_update={"NO_COLOR": "1"})
+        sizes = unpacked_sizes(cache, reqs) if rc != 0 and cache and "No space left on device" in (err + out) else {}
+    finally:
+        if cache:
+            shutil.rmtree(cache, ignore_errors=True)
     if rc != 0:
-        sizes = unpacked_sizes(uv, reqs, module) if uv and "No space left on device" in (err + out) else {}
         module.fail_json(wheel_sizes=sizes,
                          msg=f"`{' '.join(cmd[:3])} ...` failed (exit {rc}): {(err or out).strip()[-1500:]}",
                          rc=rc, stdout=out, stderr=err, cmd=cmd)

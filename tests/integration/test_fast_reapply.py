@@ -94,6 +94,9 @@ def test_a_converged_host_runs_only_the_verifier_the_record_and_the_checks(host)
     assert re.search(rf"^{NAME}\s+ok\s+Fetch the record to the controller$", steps, re.M), steps[-3000:]
     for step in ("Open the ledger", "Install the venv prerequisites", "Close the ledger", "Write the record"):
         assert step not in proc.stdout + steps, step
+    # The wheels are on the host once, in the environment: no installer's cache is left in the account's home.
+    caches = sh("ls -A /home/ml/.cache")
+    assert caches.returncode in (0, 2) and not {"uv", "provision-uv", "pip"} & set(caches.stdout.split()), caches.stdout
     record = json.loads(sh(f"cat {RECORD}").stdout)
     assert record["fingerprint"]["digest"] and set(record["fingerprint"]["parts"]) >= {
         "packages", "wheels", "files", "units", "sources", "ledger"}
@@ -121,9 +124,14 @@ CASES = {
         "a package changed",
         ("dpkg-query -W -f '${db:Status-Abbrev}' nvidia-smi", "ii")),
     "wheel-removed": (
-        f"sudo -u ml {VENV}/bin/python -m pip uninstall -y -q numpy",
+        # With a file in the account's own uv cache: uv installs numpy again, with a cache of provision's own that
+        # it removes after; the account's ~/.cache/uv is left as it was.
+        f"sudo -u ml {VENV}/bin/python -m pip uninstall -y -q numpy"
+        " && sudo -u ml sh -c 'mkdir -p ~/.cache/uv && echo mine > ~/.cache/uv/mine'",
         "the environment's distributions changed",
-        (f"sudo -u ml {VENV}/bin/python -c 'import numpy; print(numpy.__version__)'", "2.2.6")),
+        (f"sudo -u ml {VENV}/bin/python -c 'import numpy; print(numpy.__version__)'"
+         " && cat /home/ml/.cache/uv/mine && ls /home/ml/.cache/uv && test ! -e /home/ml/.cache/provision-uv",
+         "2.2.6\nmine\nmine")),
     "wheel-added": (
         # A distribution installed by hand (its metadata is what pip and importlib read): not provision's, it stays.
         f"sudo -u ml sh -c 'd=$({VENV}/bin/python -c \"import sysconfig; print(sysconfig.get_paths()[\\\"purelib\\\"])\")"
