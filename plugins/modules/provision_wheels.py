@@ -72,6 +72,7 @@ cmd:
 
 import contextlib  # noqa: E402  (after DOCUMENTATION, as Ansible modules are laid out)
 import os  # noqa: E402
+import pwd  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import stat  # noqa: E402
@@ -111,9 +112,9 @@ def _canonical(name: str) -> str:
 
 
 def cache_dir() -> str:
-    """provision's own uv cache for one install: `provision-uv` in the account's cache directory. Never `uv`: that
-    one is the account's, for its own uv runs."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """provision's own uv cache for one install: `provision-uv` in the account's cache directory ($XDG_CACHE_HOME,
+    else ~/.cache of the account's passwd entry). Never `uv`: that one is the account's, for its own uv runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".cache")
     return os.path.join(base, "provision-uv")
 
 
