@@ -69,7 +69,8 @@ def build(
                               progress=progress)
     if json_out:
         print_json({"image_id": result.image_id, "tag": result.tag, "size_bytes": result.size_bytes,
-                    "seconds": round(result.seconds, 1), "labels": result.stack_labels})
+                    "seconds": round(result.seconds, 1), "labels": result.stack_labels,
+                    "environment_image": result.venv_image})
         return
     out.print(f"built {result.tag}  {result.image_id}")
     out.print(f"size {result.size_bytes / 1e9:.2f} GB, {result.seconds:.0f}s, "

@@ -31,6 +31,7 @@ from provision.render.docker import render_dockerfile, with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image
 from provision.verify.expect import Expect
+from tests.support.images import remove_images
 from tests.support.names import sandbox_name
 
 pytestmark = [pytest.mark.docker]
@@ -62,11 +63,12 @@ def _one_error_line(stderr: str) -> str:
 
 
 @pytest.fixture(scope="module", params=sorted(IMAGES))
-def image(request: pytest.FixtureRequest) -> tuple[Plan, runner.BuildResult]:
+def image(request: pytest.FixtureRequest) -> Iterator[tuple[Plan, runner.BuildResult]]:
     plan = plan_for_image(request.param)
     result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True), tag=f"provision-test/{plan.profile}:ci",
                           skip_frameworks=True)
-    return plan, result
+    yield plan, result
+    remove_images(result.tag, result.venv_image)
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +130,25 @@ def test_a_port_change_rebuilds_nothing_heavy(image: tuple[Plan, runner.BuildRes
     port = plan.jupyter.port + 1
     moved = plan.model_copy(update={"jupyter": plan.jupyter.model_copy(update={"port": port})})
     seen: list[str] = []
+    api = runner.connect()
+    cache_before = runner._build_cache(api)
+    assert cache_before is not None
     again = runner.build(moved, render_dockerfile(moved, skip_frameworks=True),
                          tag=f"provision-test/{plan.profile}:port", skip_frameworks=True, progress=seen.append)
+    # The build context BuildKit kept (the tar sent, and its files unpacked) is removed after the build: no image
+    # shares it and no later build can use it. Another worker's build may be running: its records are in use.
+    assert any(line.startswith("removed the build context's copy") for line in seen), seen
+    # (Looked at again for a while: a build on another worker that ended a moment ago removes its own just after.)
+    deadline = time.monotonic() + 30
+    while True:
+        cache_after = runner._build_cache(api)
+        assert cache_after is not None
+        left = [rec["Description"] for i, rec in cache_after.items() if i not in cache_before and not rec["InUse"]
+                and not rec["Shared"] and str(rec["Description"]).startswith(runner.CONTEXT_CACHE)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert left == [], left
     assert again.venv_image == first.venv_image
     assert any(line.startswith("environment ") and "built already" in line for line in seen), seen
     assert not any("pip install" in line for line in again.log), again.log
@@ -344,14 +363,15 @@ def ensure_uid1000_base() -> str:
 
 
 @pytest.fixture(scope="module")
-def uid1000_image() -> tuple[Plan, runner.BuildResult]:
+def uid1000_image() -> Iterator[tuple[Plan, runner.BuildResult]]:
     plan = plan_for_image("deskmini", base=ensure_uid1000_base())
     before = subprocess.run(["docker", "run", "--rm", "--entrypoint", "id", UID1000_BASE, "-un", "1000"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert before == "ubuntu"  # the base really has the account the image's own cannot be created beside
     result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True),
                           tag="provision-test/deskmini:uid1000", skip_frameworks=True)
-    return plan, result
+    yield plan, result
+    remove_images(result.tag, result.venv_image)
 
 
 _ACCOUNT_PROBE = """
@@ -454,10 +474,11 @@ def test_jetson_arm64_refused_before_starting() -> None:
 
 @pytest.mark.heavy
 @pytest.mark.slow
-def test_full_image_with_frameworks() -> None:
+def test_full_image_with_frameworks(request: pytest.FixtureRequest) -> None:
     """P2 with PyTorch from PyPI (the cu117 build, ~2 GB with its nvidia dependencies)."""
     plan = plan_for_image("aws-p2")
     result = runner.build(plan, render_dockerfile(plan), tag="provision-test/aws-p2:full")
+    request.addfinalizer(lambda: remove_images(result.tag, result.venv_image))
     fw = plan.frameworks[0]
     assert result.labels["io.provision.frameworks"].startswith(f"{fw.package}=={fw.version}")
     out = subprocess.run(["docker", "run", "--rm", result.tag, "python", "-c",

@@ -39,6 +39,7 @@ from provision.pipeline import plan_for
 from provision.render.docker import pin_python_archive, render_dockerfile, with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image
+from tests.support.images import remove_images
 
 # The first run builds the stand-in archive (minutes, once per cache) and downloads ~1.5 GB of CUDA/cuDNN wheels
 # for Python 3.11 before the image build itself: slow, as the other long image and host tests.
@@ -112,8 +113,9 @@ def build_args(pinned: dict, mirror: Path, tag: str) -> list[str]:
 def built(pinned: dict) -> Iterator[dict]:
     proc = provision_cli(*build_args(pinned, pinned["mirror"], TAG))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    yield {**pinned, "result": json.loads(proc.stdout)}
-    subprocess.run(["docker", "image", "rm", TAG], capture_output=True)
+    result = json.loads(proc.stdout)
+    yield {**pinned, "result": result}
+    remove_images(TAG, result["environment_image"])
 
 
 def test_the_environment_runs_the_managed_interpreter(built: dict) -> None:
