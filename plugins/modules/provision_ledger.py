@@ -310,13 +310,21 @@ def run(module: AnsibleModule) -> dict:
             if proc.returncode not in (0, 12):  # 12: the home could not be removed (none there)
                 raise LedgerError(f"userdel {account} failed: {proc.stderr.strip()[:300]}")
             removed["accounts"].append(account)
+        # The directory that holds the ledger (and the apply lock beside it, which a destroy holds while it works)
+        # goes last, after the packages: until then another apply still finds the lock and is refused.
+        home = os.path.dirname(os.path.abspath(path))
+        last = [item for item in found.get("paths") or [] if home == item or home.startswith(item.rstrip("/") + "/")]
         for item in [*(found.get("venvs") or []), *(found.get("paths") or [])]:
-            if os.path.lexists(item):
+            if os.path.lexists(item) and item not in last:
                 remove_path(item)
                 removed["venvs" if item in (found.get("venvs") or []) else "paths"].append(item)
         if found.get("packages"):
             owned = set(ledger.get("packages") or {})
             removed["packages"], removed["kept"] = purge(list(found["packages"]), owned)
+        for item in sorted(last, key=len, reverse=True):
+            if os.path.lexists(item):
+                remove_path(item)
+                removed["paths"].append(item)
         gone = set(removed["packages"])
         ledger["packages"] = {n: e for n, e in (ledger.get("packages") or {}).items() if n not in gone}
         ledger["pending"] = pruned_pending(ledger.get("pending"), removed)

@@ -40,7 +40,8 @@ def destroy(
 ) -> None:
     """Remove from hosts everything their ledger says provision installed or wrote (packages purged, its files,
     units, environment and accounts), restore the apt sources it changed and stop the Jupyter tunnel. The accounts'
-    homes stay unless --purge-home. Without PROFILE a sandbox's recorded profile is used.
+    homes stay unless --purge-home. Without PROFILE a sandbox's recorded profile is used. A host an apply is
+    changing (its lock, /var/lib/provision/apply.lock) is refused; a lock left by one that did not finish is taken over.
 
     Exit 0 done, 1 a host failed, 2 refused, 3 unreachable.
     """
@@ -78,6 +79,9 @@ def destroy(
     for host, result in sorted(fleet.hosts.items()):
         if result.result == "ok" and not check:
             tunnel.stop(host)
-        out.print(f"{host}: {'would remove' if check else 'destroyed'}: {result.result} "
+        verb = "would remove" if check else "destroyed" if result.result == "ok" else "not destroyed"
+        out.print(f"{host}: {verb}: {result.result} "
                   f"(changed={result.changed}){(' ' + result.message) if result.message else ''}", markup=False)
+        for note in result.notes:  # a stale apply lock taken over (the gate play; notes.json)
+            out.print(f"{host}: {note}", markup=False)
     raise typer.Exit(fleet.exit_code)

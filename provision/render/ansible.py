@@ -392,12 +392,39 @@ HANDOVER = {"host_record_lock_token": "{{ preflight_lock.token | default('') }}"
 LOCK_NOTE = "([preflight_lock.note] if preflight_lock.note | default('') else [])"
 
 
+# What a destroy does with the host's apply lock after the ledger role removed what it lists (the gate play took the
+# lock before, and refused a host a live apply holds): the note of a stale lock taken over goes to the controller
+# (notes.json, as host_record hands an apply's), and the lock is released. Where /var/lib/provision was provision's,
+# the ledger removed it last, lock and all (plugins/modules/provision_ledger.py): the release then finds none.
+DESTROY_LOCK_TASKS: list[dict[str, Any]] = [
+    {"name": "Hand the note of a stale lock taken over to the controller",
+     "when": "preflight_lock.note | default('') | length > 0",
+     "delegate_to": "localhost", "become": False, "check_mode": False,
+     "block": [
+         {"name": "Create the host's folder of the reports",
+          "ansible.builtin.file": {"path": "{{ playbook_dir }}/reports/{{ inventory_hostname }}", "state": "directory",
+                                   "mode": "0755"},
+          "changed_when": False},
+         {"name": "Write the note beside where an apply's record goes",
+          "ansible.builtin.copy": {"content": "{{ [preflight_lock.note] | to_nice_json }}\n",
+                                   "dest": "{{ playbook_dir }}/reports/{{ inventory_hostname }}/notes.json",
+                                   "mode": "0644"},
+          "changed_when": False}]},
+    {"name": "Release the apply lock on the host",
+     "provision.gpu.provision_lock": {"state": "release",
+                                      "path": "{{ preflight_lock_path | default('/var/lib/provision/apply.lock') }}",
+                                      "holder": {"token": "{{ preflight_lock.token }}"}},
+     "changed_when": False,
+     "when": "preflight_lock.token | default('') | length > 0"},
+]
+
+
 def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = VARS_FILE, *,
                   destroy: bool = False) -> list[dict[str, Any]]:
     """The plays of one Plan, after its preflight play: every role on the hosts of the full path, the verifier and
     the record on those of the fast path. The preflight play gathered the facts the roles read (`min`, `virtual`);
     these plays keep them. destroy: one play with only the ledger role, which removes everything the ledger lists
-    (no preflight: it gathers its own facts)."""
+    (no preflight: it gathers its own facts), under the host's apply lock the gate play took (DESTROY_LOCK_TASKS)."""
     title = f"{plan.profile} ({plan.target.os_id}, {plan.gpu.model})"
     if destroy:
         return [{
@@ -408,6 +435,7 @@ def site_playbook(plan: Plan, hosts: str | list[str] = "all", vars_file: str = V
             "environment": "{{ provision_environment | default({}) }}",
             "vars_files": [vars_file],
             "roles": [_role("ledger")],
+            "post_tasks": DESTROY_LOCK_TASKS,
         }]
     common = {
         "become": True,
@@ -520,7 +548,9 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         files[f"plan{suffix}"].write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
         sources.append(plan.profile_path or plan.profile)
     every: str | list[str] = "all" if any(h is None for _, h in groups) else sorted({h for _, hs in groups for h in hs or []})
-    write_yaml([*preflights, gate_play(every, lock), *plays] if preflights else plays, files["playbook"])
+    # destroy has no preflight, but takes the host's apply lock as an apply does (the gate play): a live apply is
+    # refused before anything is removed.
+    write_yaml([*preflights, gate_play(every, lock), *plays] if preflights or destroy else plays, files["playbook"])
     _header(files["playbook"], ", ".join(sources))
     if inventory is not None:
         files["inventory"] = out / "inventory.yml"

@@ -11,6 +11,9 @@
   lock over (the host started again since) and converges. A container shares its kernel's boot id with every other
   container, so the test checks that the boot id stayed and pid 1's start changed: that start is what tells a
   container's new boot (plugins/modules/provision_lock.py reads both).
+- `provision destroy` takes the same lock: while an apply from another controller holds it, the destroy is refused
+  (exit 2, one line naming the apply) and removes nothing; once the apply is done a destroy removes what the ledger
+  lists, taking over a stale lock with one line, and leaves no lock.
 
 The host has a wheelhouse of its own (PROVISION_CACHE is the test's): the shared one is never touched. Its wheels
 come from the shared wheelhouse by hard link where they are there already, so only what the test cuts is fetched.
@@ -241,3 +244,65 @@ def test_a_lock_from_before_a_power_cut_is_taken_over(host):
     assert on_host[0].endswith("the host has started again since (a power cut or a reboot)"), on_host[0]
     assert lock_on_host() is None
     assert numpy_imports()
+
+
+PROBE = "/var/lib/pv-destroy-probe"  # a directory the ledger says provision made: what a destroy removes
+
+
+def plant_ledger() -> dict:
+    """The host's ledger lists the environment and a directory of provision's (the --tags applies of this module do
+    not run the ledger role, so it claims nothing itself): what a destroy that went ahead would remove."""
+    ledger = {"schema": "provision.ledger/1", "packages": {}, "found": {}, "wheels": {}, "paths": [PROBE],
+              "units": [], "accounts": [], "venvs": ["/opt/provision/venv"], "planned": {}, "pending": None}
+    sh(f"install -d -m 0755 {PROBE} /var/lib/provision && echo kept > {PROBE}/file && "
+       f"printf '%s' '{json.dumps(ledger)}' > /var/lib/provision/ledger.json && "
+       "chmod 0644 /var/lib/provision/ledger.json")
+    return ledger
+
+
+def destroy(cmds: Commands, inventory: Path) -> subprocess.CompletedProcess:
+    return cmds.run("destroy", PROFILE, "-i", str(inventory), "--os", "debian-13", "--yes")
+
+
+def test_a_destroy_is_refused_while_an_apply_holds_the_lock_and_takes_over_a_stale_one(host):
+    """Last in the module: its second destroy takes the environment away."""
+    plant_ledger()
+    sh("rm -rf /opt/provision/venv")  # the apply makes it again: long enough for the destroy to meet it
+    first, seen = start_until_locked(host["one"], host["inventory"])
+    try:
+        assert first.poll() is None, "".join(seen)[-2000:]
+        refused = destroy(host["two"], host["inventory"])
+        assert not in_session(host["two"].sessions[-1])
+        assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+        lines = [line for line in refused.stdout.splitlines() if "another provision apply holds this host" in line]
+        assert len(lines) == 1, refused.stdout[-3000:]
+        assert lines[0].startswith(f"{NAME}: not destroyed: refused (changed=0) preflight: {NAME}: "), lines[0]
+        assert f"provision pid {first.pid}, taken " in lines[0] and "`provision apply " in lines[0], lines[0]
+        # Nothing removed: the directory the ledger lists, the ledger itself; the lock is still the apply's.
+        assert sh(f"cat {PROBE}/file").stdout == "kept\n"
+        assert json.loads(sh("cat /var/lib/provision/ledger.json").stdout)["paths"] == [PROBE]
+        assert lock_on_host()["holder"]["pid"] == first.pid
+    finally:
+        rest = first.stderr.read() if first.stderr else ""
+        out = first.stdout.read() if first.stdout else ""
+        code = first.wait(timeout=900)
+    assert code == 0, out[-3000:] + rest[-3000:]
+    assert numpy_imports() and sh(f"test -d {PROBE}", check=False).returncode == 0
+
+    # An apply killed with -9 just after it took the lock leaves a stale one: the destroy takes it over, in one line,
+    # removes what the ledger lists, and leaves no lock.
+    killed, seen = start_until_locked(host["one"], host["inventory"])
+    kill_leftovers(killed.pid, host["one"].markers, host["one"].env)
+    killed.wait(timeout=30)
+    held = lock_on_host()
+    assert held and held["holder"]["pid"] == killed.pid, held
+    deadline = time.monotonic() + 30  # the host's sshd sees the connection go
+    while time.monotonic() < deadline and sh(f"test -d /proc/{held['session']['pid']}", check=False).returncode == 0:
+        time.sleep(0.5)
+    gone = destroy(host["two"], host["inventory"])
+    assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
+    notes = [line for line in gone.stdout.splitlines() if line.startswith(f"{NAME}: took over the lock on this host")]
+    assert len(notes) == 1 and f"provision pid {killed.pid}" in notes[0], gone.stdout[-3000:]
+    assert sh(f"test -e {PROBE}", check=False).returncode != 0
+    assert sh("test -e /opt/provision/venv", check=False).returncode != 0
+    assert lock_on_host() is None

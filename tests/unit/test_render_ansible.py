@@ -11,7 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision.pipeline import plan_for
-from provision.render.ansible import HANDOVER, LOCK_NOTE, PREFLIGHT, ROLES, ansible_vars, render_ansible
+from provision.render.ansible import HANDOVER, LOCK_NOTE, PREFLIGHT, ROLES, ansible_vars, render_ansible, render_fleet
 from provision.resources import collections_dir, share_dir
 from provision.sandbox import inventory as sandbox_inventory
 
@@ -127,5 +127,27 @@ def test_rendered_playbook_passes_ansible_lint(deskmini, tmp_path):
                           capture_output=True, text=True,
                           env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path),
                                # The roles and modules as the collection, where `provision apply` points Ansible
+                               "ANSIBLE_COLLECTIONS_PATH": str(collections_dir())})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_destroy_takes_the_hosts_apply_lock_before_anything_is_removed_and_releases_it(deskmini, tmp_path):
+    """`provision destroy` has no preflight, but takes the host's apply lock as an apply does (the gate play, which
+    refuses a host a live apply holds) before the ledger role removes anything; the destroy play then hands the note
+    of a stale lock taken over to the controller and releases the lock."""
+    files = render_fleet([(deskmini, None)], tmp_path, inventory=sandbox_inventory(["pv-syntax"], connection="docker"),
+                         destroy=True, lock={"holder": {"token": "run-1"}, "live_tokens": ["run-1"]})
+    gate, play = YAML(typ="safe").load(files["playbook"].read_text())
+    assert gate["tasks"][0]["ansible.builtin.import_role"] == {"name": "provision.gpu.preflight", "tasks_from": "gate"}
+    assert gate["vars"]["preflight_lock_holder"] == {"token": "run-1"}
+    assert [r["role"] for r in play["roles"]] == ["provision.gpu.ledger"]
+    note, release = play["post_tasks"]
+    assert note["delegate_to"] == "localhost" and note["block"][1]["ansible.builtin.copy"]["dest"].endswith(
+        "/reports/{{ inventory_hostname }}/notes.json")
+    assert release["provision.gpu.provision_lock"]["state"] == "release"
+    assert release["provision.gpu.provision_lock"]["holder"] == {"token": "{{ preflight_lock.token }}"}
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(files["inventory"]), "site.yml"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path),
                                "ANSIBLE_COLLECTIONS_PATH": str(collections_dir())})
     assert proc.returncode == 0, proc.stdout + proc.stderr
