@@ -180,6 +180,43 @@ def test_an_atomic_write_keeps_an_existing_files_mode_when_the_mover_does(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sources.list"]  # no temporary file left
 
 
+def test_an_atomic_write_is_fsynced_file_then_directory_and_leaves_the_whole_file(tmp_path, monkeypatch):
+    """A power cut cannot be made in-process: what is checked is the order a cut needs (the temporary file's data
+    on disk before the rename, the directory, which holds the rename, after it), what the write leaves (the whole
+    text, no temporary file), and that a failed fsync leaves the old file and no temporary one."""
+    import stat
+
+    path = tmp_path / "ledger.json"
+    path.write_text("old\n")
+    synced: list[tuple[str, str]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            synced.append(("directory", os.path.realpath(f"/proc/self/fd/{fd}")))
+        else:  # the temporary file, whole, not yet renamed over the ledger
+            link = os.path.realpath(f"/proc/self/fd/{fd}")
+            synced.append(("file", Path(link).read_text() if link != str(path) else "renamed already"))
+            assert path.read_text() == "old\n"
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    text = json.dumps({"schema": ledger.SCHEMA, "paths": ["/opt/provision"] * 2000}, indent=2) + "\n"
+    files.atomic_write(str(path), text)
+    assert synced == [("file", text), ("directory", str(tmp_path))]
+    assert path.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json"]
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError):
+        files.write_json(str(path), {"schema": ledger.SCHEMA})
+    assert path.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json"]
+
+
 def test_the_controller_reads_the_ledger_the_host_writes(tmp_path, monkeypatch):
     """One schema: what provision_ledger writes (module_utils.ledger.write) is what provision.state reads back."""
     from provision import state

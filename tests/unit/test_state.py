@@ -32,6 +32,31 @@ def test_a_record_round_trips_and_leaves_no_temporary_file(state_root):
     assert leftovers(state_root) == []
 
 
+def test_a_record_is_fsynced_before_its_rename_and_its_directory_after(state_root, monkeypatch):
+    """What a power cut on the controller needs (a cut cannot be made in-process): the temporary file's data is on
+    disk before it is renamed over the record, and the directory that holds the rename after."""
+    import os
+    import stat
+
+    state.write_record("gpu-1", {"profile": "old"})
+    synced: list[tuple[str, str]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        where = os.path.realpath(f"/proc/self/fd/{fd}")
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced.append(("directory", where))
+        else:
+            synced.append(("file", json.loads(Path(where).read_text())["profile"]))
+            assert state.read_record("gpu-1")["profile"] == "old"  # not renamed yet
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = state.write_record("gpu-1", {"profile": "deskmini"})
+    assert synced == [("file", "deskmini"), ("directory", str(path.parent))]
+    assert leftovers(state_root) == []
+
+
 def test_concurrent_writers_of_one_host_do_not_collide(state_root):
     """Eight threads and four processes write one host's record at once: every write succeeds, the file is always
     one whole record, and no temporary file is left."""
