@@ -35,8 +35,9 @@ provision_facts' `unfinished`, the ledger role,
 the fingerprint's `pending`) and dpkg-configure-driver (libc-bin's and nvidia-alternative's pending triggers made
 provision's own interrupted work someone else's: provision_facts' TRIGGERED).
 The driver's reboot step: a container's driver install is its user space only (nvidia_driver's `module.yml`, where
-the reboot is, does not run), so the sandbox path has no reboot to cut after; tests/integration/test_vm_driver.py
-reboots a VM (long).
+a full install reboots, does not run), so driver-reboot restarts the host (docker kill + start) at the moment a full
+install reboots: the driver's packages just installed and the reboot notified; tests/integration/test_vm_driver.py
+reboots a VM for real (long).
 
 Time: PROVISION_POWER_CUT_OUT=FILE writes the table (point, cut, what the cut left, seconds to converge); it is also
 printed at the end of the module. Figures: docs/reliability.md, "A cut at each step of an apply".
@@ -137,6 +138,14 @@ POINTS = [
           prepare=APT_WAIT + "apt_wait env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q " + " ".join(DRIVER_USERSPACE),
           moment=Moment(process=r"dpkg .*--configure", freeze=True,
                         what="dpkg configuring the driver's user-space packages")),
+    # A full install reboots here (module.yml flushes the handlers: "Reboot to load the NVIDIA kernel module") and
+    # goes on once the host is back; a container's install is the user space only and does not, so the host is
+    # restarted at that moment instead: the driver's packages just installed (the reboot notified), the task after
+    # them begun, and the apply that asked for it loses the host.
+    Point("driver-reboot", "nvidia_driver", "power", long=True,
+          prepare="DEBIAN_FRONTEND=noninteractive apt-get purge -y -q " + " ".join(DRIVER_USERSPACE),
+          moment=Moment(line="packages | Read the host again after installing",
+                        what="the driver's packages installed, where a full install reboots to load its module")),
     Point("venv-ensurepip", "python_env", "power", long=True,
           prepare=f"rm -rf {VENV}",
           moment=Moment(process=r"ensurepip", absent=(f"{VENV}/bin/pip",), freeze=True,
@@ -392,6 +401,34 @@ def left_on_host() -> dict:
     return {"dpkg_audit": audit.splitlines()[:4], "pending_note": pending, "still_running": running[:6]}
 
 
+# What provision's fingerprint reads (its files outside the environment, the Jupyter unit's state, the record's parts),
+# as text, to say what an apply after a converged one found changed when it reports changed=N.
+OWNED_STATE = r"""
+for p in /etc/provision /opt/provision /var/lib/provision /usr/local/lib/provision /etc/profile.d/provision-cuda.sh \
+         /etc/profile.d/provision-cudnn.sh /etc/systemd/system/provision-jupyter.service; do
+  [ -e "$p" ] || continue
+  find "$p" -path /opt/provision/venv -prune -o -path /var/lib/provision/verify -prune -o \
+       -path /var/lib/provision/applied.json -prune -o -path /var/lib/provision/ledger.json -prune -o \
+       -path /var/lib/provision/apply.lock -prune -o -printf '%p %y %m %u:%g %s %T@\n'
+  find "$p" -path /opt/provision/venv -prune -o -type f -uid 0 -exec sha256sum {} +
+done
+systemctl show -p ActiveState,SubState,UnitFileState provision-jupyter
+python3 -c 'import json; r = json.load(open("/var/lib/provision/applied.json")); f = r.get("fingerprint") or {}; \
+print("record", json.dumps({k: v for k, v in r.items() if k != "fingerprint"}, sort_keys=True)); \
+print("fingerprint", json.dumps(f, sort_keys=True))'
+"""
+
+
+def owned_state() -> list[str]:
+    return sh(OWNED_STATE, check=False).stdout.splitlines()
+
+
+def what_differs(before: list[str], after: list[str]) -> str:
+    gone = [line for line in before if line not in after]
+    new = [line for line in after if line not in before]
+    return "what changed between the two applies:\n- " + "\n- ".join(gone) + "\n+ " + "\n+ ".join(new)
+
+
 # --- the checks after the converging apply ------------------------------------------------------------------------
 
 
@@ -509,10 +546,12 @@ def test_a_cut_here_converges_with_the_next_apply(host, point: Point):
     assert_converged(planted)
     # The default command's point: a plain second apply (the fast path where the host matches the record this apply
     # wrote, as a user's next apply takes it); the long ones: --full, every role run again.
+    before = owned_state()
     again = cmds.run("apply", PROFILE, *ARGS, *(["--full"] if point.long else []), timeout=1800)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     changed = re.search(r"changed=(\d+)", again.stdout)
-    assert changed and int(changed.group(1)) == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    assert changed and int(changed.group(1)) == 0, (again.stdout[-3000:] + again.stderr[-2000:] + "\n"
+                                                    + what_differs(before, owned_state()))
     host["converged"] = True
     result["converged"] = "yes"
     if point.restore:
