@@ -5,6 +5,7 @@ simulation read; and the controller's install / replace / remove list (provision
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -237,3 +238,33 @@ def test_an_environment_of_another_python_is_made_again(tmp_path):
     (venv / "bin" / "python3.11").unlink()
     (venv / "bin" / "python3.11").symlink_to(tmp_path / "gone")  # the interpreter removed: the link dangles
     assert not mod.venv_runs(str(venv), "3.11") and not mod.venv_runs(str(venv), "")
+
+
+def test_a_destroy_removes_the_ledgers_own_directory_last_after_the_packages(tmp_path, monkeypatch):
+    """The directory that holds the ledger holds the host's apply lock too, which a destroy holds while it removes
+    (plugins/modules/provision_lock.py): it goes after the packages' purge, so another apply finds the lock until the
+    end. apt cannot purge here: purge is replaced by one that records what was still there when it ran."""
+    from types import SimpleNamespace
+
+    ledger_mod = host
+    state_dir, other = tmp_path / "var-lib-provision", tmp_path / "opt-provision"
+    for directory in (state_dir, other):
+        directory.mkdir()
+    (state_dir / "apply.lock").write_text("{}")
+    (state_dir / "ledger.json").write_text(json.dumps({"schema": "provision.ledger/1", "packages": {"hello": {}}}))
+    seen: dict[str, bool] = {}
+
+    def purge(candidates: list[str], owned: set[str]) -> tuple[list[str], list[str]]:
+        seen.update(lock=(state_dir / "apply.lock").exists(), other=other.exists())
+        return list(candidates), []
+
+    monkeypatch.setattr(ledger_mod, "purge", purge)
+    fake = SimpleNamespace(check_mode=False, params={
+        "state": "prune", "path": str(state_dir / "ledger.json"), "destroy": True, "purge_home": False,
+        "removals": {"packages": ["hello"], "paths": sorted([str(state_dir), str(other)]), "units": [], "accounts": [],
+                     "venvs": []}})
+    result = ledger_mod.run(fake)
+    assert seen == {"lock": True, "other": False}
+    assert not state_dir.exists() and not other.exists()
+    assert result["removed"]["packages"] == ["hello"] and sorted(result["removed"]["paths"]) == sorted(
+        [str(state_dir), str(other)])
