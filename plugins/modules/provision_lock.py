@@ -26,7 +26,8 @@ description:
     it was taken, the SSH session that took it is gone, or it is the same controller's and O(live_tokens) does not
     name its run) is taken over, and RV(note) says whose it was. A live lock is left as it is, and RV(refused) says
     in one line who holds it and what to do (the role fails the host with it).
-  - C(release) removes the lock when it is the run's (O(holder) C(token)); anyone else's stays.
+  - C(release) removes the lock when it is the run's (O(holder) C(token)); anyone else's stays. The directory the
+    lock's C(acquire) made goes with it while it is empty (a C(provision destroy) of a host provision never changed).
   - In check mode C(acquire) judges the lock the same way and writes nothing.
 options:
   state:
@@ -201,6 +202,9 @@ def locked(path: str, create: bool):
         try:
             fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_NOFOLLOW, 0o644)
         except FileNotFoundError:
+            if create:  # its directory went meanwhile (a release that made it took it away): made again
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                continue
             yield None
             return
         handle = os.fdopen(fd, "r+", encoding="utf-8")
@@ -229,7 +233,12 @@ def acquire(module: AnsibleModule, path: str, holder: dict, live_tokens: list[st
             found = load(handle) if handle is not None else {}
         state, why = judge(found, {**holder, "token": token}, live_tokens, now_boot)
     else:
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            # Made for the lock alone (a host provision never changed, which a destroy only looks at): the release
+            # takes it away again while nothing else came into it.
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+            record["made_directory"] = True
         with locked(path, create=True) as handle:
             found = load(handle)
             state, why = judge(found, {**holder, "token": token}, live_tokens, now_boot)
@@ -255,6 +264,9 @@ def release(module: AnsibleModule, path: str, holder: dict) -> dict:
         mine = bool(token) and found.get("token") == token
         if mine and not module.check_mode:
             os.unlink(path)  # under the flock: an acquire waiting on it sees the inode go and opens the new file
+            if found.get("made_directory"):
+                with contextlib.suppress(OSError):  # not empty (the apply wrote its ledger there): it stays
+                    os.rmdir(os.path.dirname(path))
     return {"changed": mine, "token": token, "note": "", "refused": "", "held_by": found}
 
 

@@ -117,3 +117,23 @@ def test_a_lock_torn_by_a_cut_mid_write_is_taken_over(tmp_path):
     lock.write_text('{"schema": "provision.lock/1", "tok')
     taken = run_module(tmp_path, state="acquire", path=str(lock), holder=ME)
     assert taken["refused"] == "" and "started again" in taken["note"]
+
+
+def test_a_directory_the_lock_made_goes_with_it_while_empty_and_stays_once_used(tmp_path):
+    """A destroy of a host provision never changed takes the lock, and leaves no /var/lib/provision behind; an apply
+    writes its ledger beside the lock, and the directory stays."""
+    lock = tmp_path / "lib" / "apply.lock"
+    taken = run_module(tmp_path, state="acquire", path=str(lock), holder=ME)
+    assert taken["refused"] == "" and json.loads(lock.read_text())["made_directory"] is True
+    run_module(tmp_path, state="release", path=str(lock), holder={"token": "run-1"})
+    assert not lock.parent.exists()
+    run_module(tmp_path, state="acquire", path=str(lock), holder=ME)
+    (lock.parent / "ledger.json").write_text("{}")
+    run_module(tmp_path, state="release", path=str(lock), holder={"token": "run-1"})
+    assert not lock.exists() and (lock.parent / "ledger.json").exists()
+    # A directory that was there before the lock is never the lock's to remove.
+    run_module(tmp_path, state="acquire", path=str(lock), holder=ME)
+    (lock.parent / "ledger.json").unlink()
+    assert "made_directory" not in json.loads(lock.read_text())
+    run_module(tmp_path, state="release", path=str(lock), holder={"token": "run-1"})
+    assert lock.parent.is_dir() and not lock.exists()
