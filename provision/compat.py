@@ -164,6 +164,20 @@ class OSRow(_Row):
     nvidia_repo: str | None
 
 
+class HostPath(BaseModel):
+    """A path provision owns on a host (data/paths.yaml) and the role variables or task files that write it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: str
+    roles: tuple[str, ...]
+
+
+class HostUnit(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    roles: tuple[str, ...]
+
+
 class DriverPkg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     os_id: str
@@ -410,6 +424,8 @@ class CompatDB(BaseModel):
     python_release_url: str = "https://github.com/astral-sh/python-build-standalone/releases/download/{build}/{archive}"
     python_install_root: str = "/opt/provision/python"
     installer: Installer | None = None  # uv (data/installer.yaml); None: the environments install with pip
+    host_paths: dict[str, HostPath] = {}  # what provision owns on a host, by name (data/paths.yaml)
+    host_units: dict[str, HostUnit] = {}
 
     # --- look-ups -------------------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPU | None:
@@ -559,6 +575,7 @@ def _read_db(root: Path) -> CompatDB:
         policy = _read(root / "policy.yaml")
         python = _read(root / "python.yaml")
         installer = _read(root / "installer.yaml")
+        paths = _read(root / "paths.yaml")
         # Raw rows, like every table above: CompatDB validates them into Instance.
         instances: Any = [{**row, "provider": provider} for provider in ("aws", "gcp", "azure")
                           for row in cloud[provider]]
@@ -596,6 +613,8 @@ def _read_db(root: Path) -> CompatDB:
             python_release_url=python["release_url"],
             python_install_root=python["install_root"],
             installer=installer["uv"],
+            host_paths=paths["paths"],
+            host_units=paths["units"],
         )
     except (OSError, KeyError, ValidationError) as exc:
         raise DataError(f"the compatibility database in {root} is broken: {exc}") from exc

@@ -40,8 +40,6 @@ from provision.procs import run_tool, run_tool_streamed
 from provision.state import cache_lock
 from provision.state import cache_root as cache_root  # re-exported: where tests and callers find it
 
-# Debian releases this machine can execute; codenames are facts about Debian, kept beside the per-OS data.
-DEBIAN_CODENAMES = {"12": "bookworm", "13": "trixie"}
 # What a stock server install has that debootstrap's minbase lacks: an init, an SSH server, sudo, Python (Debian's
 # cloud images and any install with the standard task carry it), and the tools of priority `important`.
 BASE_PACKAGES = (
@@ -61,6 +59,20 @@ MIRROR = os.environ.get("PROVISION_DEBIAN_MIRROR", "http://deb.debian.org/debian
 SECURITY_MIRROR = os.environ.get("PROVISION_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 LABEL = "io.provision.sandbox"
 ADMIN = "admin"
+
+
+def debian_codenames() -> dict[str, str]:
+    """The Debian releases a sandbox can be, by release: codename (provision/data/os.yaml, the systems' rows)."""
+    from provision.compat import load_db
+
+    return {row.release: row.codename for row in load_db().systems if row.distribution == "debian"}
+
+
+def __getattr__(name: str) -> Any:
+    # DEBIAN_CODENAMES for provision.apply, which names it: debian_codenames(), read when asked for, not on import.
+    if name == "DEBIAN_CODENAMES":
+        return debian_codenames()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def base_image_tag(release: str) -> str:
@@ -86,7 +98,7 @@ def _image_recipe(tag: str) -> str:
 
 def default_sources(release: str) -> tuple[str, str]:
     """(path, text) of the package sources Debian's installer writes for `release`: `main` only."""
-    codename = DEBIAN_CODENAMES[release]
+    codename = debian_codenames()[release]
     if int(release) >= 13:
         return "etc/apt/sources.list.d/debian.sources", (
             "Types: deb\n"
@@ -112,10 +124,9 @@ def ensure_base_image(release: str, *, rebuild: bool = False, log=None, progress
     """Build `provision/debian:<release>` (a stock Debian, see the module's text) unless an image of this recipe
     exists. Returns the tag. log: lines that stay (what is built, and why it takes a while); progress: debootstrap's
     own lines as they come (`I: Retrieving libc6`), for a status line."""
-    if release not in DEBIAN_CODENAMES:
-        raise RunnerError(
-            f"no sandbox base image for Debian {release}; this machine can build {sorted(DEBIAN_CODENAMES)}"
-        )
+    codenames = debian_codenames()
+    if release not in codenames:
+        raise RunnerError(f"no sandbox base image for Debian {release}; this machine can build {sorted(codenames)}")
     tag = base_image_tag(release)
     if not rebuild and _image_recipe(tag) == BASE_RECIPE:
         return tag
@@ -131,7 +142,7 @@ def _build_base_image(release: str, tag: str, *, log=None, progress=None) -> Non
     if os.geteuid() != 0:
         raise RunnerError(f"building the sandbox base image {tag} needs root (debootstrap and chroot): run "
                           "scripts/bootstrap.sh as root once, or build it elsewhere and `docker load` it")
-    codename = DEBIAN_CODENAMES[release]
+    codename = debian_codenames()[release]
     if log:
         log(f"building the Debian {release} base image {tag} with debootstrap (once; 1-3 minutes)")
     debs = cache_root() / "debootstrap" / codename
@@ -350,7 +361,7 @@ def cache_mounts(release: str, name: str | None = None) -> list[str]:
     poison what another installs; None: the controller's shared one (molecule scenarios). The wheelhouse, filled
     by the controller, is mounted read-only in every host.
     """
-    codename = DEBIAN_CODENAMES[release]
+    codename = debian_codenames()[release]
     apt = cache_root() / "apt" / codename
     (apt / "partial").mkdir(parents=True, exist_ok=True)
     pip = cache_root() / "pip" / name if name else cache_root() / "pip"

@@ -106,8 +106,9 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def ensure_base(release: str, *, log=None, progress=None) -> Path:
     """Build the guest's base disk, kernel and initrd for Debian `release` once; returns their directory."""
-    if release not in sandbox.DEBIAN_CODENAMES:
-        raise UsageError(f"no VM sandbox for Debian {release}; this machine builds {sorted(sandbox.DEBIAN_CODENAMES)}")
+    codenames = sandbox.debian_codenames()
+    if release not in codenames:
+        raise UsageError(f"no VM sandbox for Debian {release}; this machine builds {sorted(codenames)}")
     _tools()
     dest = base_dir(release)
     key_pub = sandbox.ssh_key().with_suffix(".pub").read_text()
@@ -116,7 +117,7 @@ def ensure_base(release: str, *, log=None, progress=None) -> Path:
         return dest
     if os.geteuid() != 0:
         raise RunnerError("building the VM sandbox's disk needs root (debootstrap and chroot): run it as root once")
-    codename = sandbox.DEBIAN_CODENAMES[release]
+    codename = codenames[release]
     if log:
         log(f"building the Debian {release} VM disk with debootstrap and a kernel (once; 3-6 minutes)")
     debs = cache_root() / "debootstrap" / codename

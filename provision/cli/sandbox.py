@@ -39,8 +39,9 @@ def sandbox_up(
     from provision.render.ansible import write_yaml
 
     release = os_name.removeprefix("debian-")
-    if release not in sandbox.DEBIAN_CODENAMES:
-        raise UsageError(f"--os {os_name}: sandboxes run " + ", ".join(f"debian-{r}" for r in sandbox.DEBIAN_CODENAMES))
+    codenames = sandbox.debian_codenames()
+    if release not in codenames:
+        raise UsageError(f"--os {os_name}: sandboxes run " + ", ".join(f"debian-{r}" for r in codenames))
     if connection not in ("ssh", "docker"):
         raise UsageError(f"--connection {connection}: use ssh or docker")
     for name in names:

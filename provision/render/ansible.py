@@ -60,6 +60,21 @@ def nvidia_keyring_package() -> str:
     return repo.keyring_package.split("_")[0] if repo is not None else ""
 
 
+def nvidia_repo_vars(role: str) -> dict[str, Any]:
+    """NVIDIA's repository as a role takes it (`<role>_repo_url`, with {slug} and {arch}, the directories per
+    architecture, the keyring package and its key's fingerprint), from data/os.yaml: the one place these are written.
+    The roles' defaults keep the same values for a run without provision (tests/unit/test_roles.py)."""
+    from provision.compat import load_db
+
+    repo = load_db().nvidia_repo
+    if repo is None:
+        return {}
+    if role == "preflight":
+        return {"preflight_nvidia_repo_url": repo.url}
+    return {f"{role}_repo_url": repo.url, f"{role}_repo_arch_dirs": dict(repo.arch_dirs),
+            f"{role}_repo_keyring_package": repo.keyring_package, f"{role}_repo_key_fingerprint": repo.key_fingerprint}
+
+
 def record_packages(plan: Plan) -> list[str]:
     """The OS packages whose installed versions host_record reports and the ledger owns: the driver's, CUDA's and
     cuDNN's from apt, and NVIDIA's keyring package where the plan adds its repository (removed with the plan that
@@ -74,10 +89,27 @@ def record_packages(plan: Plan) -> list[str]:
     return sorted({n.split("=")[0] for n in names if n})
 
 
+@cache
+def host_paths() -> dict[str, str]:
+    """The paths provision owns on a host, by name (data/paths.yaml, which names the role variables that hold the same
+    values; tests/unit/test_roles.py checks them)."""
+    from provision.compat import load_db
+
+    return {name: row.path for name, row in load_db().host_paths.items()}
+
+
+@cache
+def host_units() -> dict[str, str]:
+    """provision's systemd units on a host, by name (data/paths.yaml)."""
+    from provision.compat import load_db
+
+    return {name: row.name for name, row in load_db().host_units.items()}
+
+
 def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, Any]:
     """What the Plan has provision own on a host, for the ledger (roles/ledger, host_record): the packages it names,
-    the distributions it names, the paths it writes, its units, its account and its environment. The paths are the
-    roles' defaults (roles/*/defaults/main.yml), which the playbook does not override."""
+    the distributions it names, the paths it writes, its units, its account and its environment. The paths and units
+    are data/paths.yaml's, which the roles' defaults hold too (the playbook does not override them)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     wheels = []
@@ -86,15 +118,16 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
             wheels.append(Requirement(text).name)
         except InvalidRequirement:
             continue
-    paths = ["/etc/provision", "/opt/provision", "/var/lib/provision", "/var/lib/provision/verify", "/var/cache/provision"]
+    at = host_paths()
+    paths = [at["config_dir"], at["prefix"], at["state_dir"], at["verify_reports"], at["cache_dir"]]
     if plan.cuda.install:
-        paths += ["/etc/profile.d/provision-cuda.sh", "/etc/provision/cuda.env"]
+        paths += [at["cuda_profile_script"], at["cuda_env_file"]]
     if plan.cudnn.install:
-        paths += ["/etc/profile.d/provision-cudnn.sh", "/etc/provision/cudnn.env"]
+        paths += [at["cudnn_profile_script"], at["cudnn_env_file"]]
     if plan.jupyter.enabled:
-        paths += ["/var/lib/provision/jupyter"]
+        paths += [at["jupyter_state_dir"]]
     if plan.driver.install:
-        paths += ["/etc/modprobe.d/provision-blacklist-nouveau.conf", "/etc/apt/preferences.d/provision-nvidia-driver.pref"]
+        paths += [at["nouveau_blacklist"], at["driver_pin"]]
     if plan.python.managed is not None:  # the interpreter python_env unpacks: a plan that no longer names it removes it
         paths += [plan.python.managed.prefix]
     if plan.python.installer is not None:  # uv, which python_env unpacks: another version's directory is removed
@@ -103,7 +136,7 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
         "packages": record_packages(plan),
         "wheels": sorted(set(wheels)),
         "paths": sorted(paths),
-        "units": ["provision-jupyter"] if plan.jupyter.enabled else [],
+        "units": [host_units()["jupyter"]] if plan.jupyter.enabled else [],
         "accounts": [plan.user],
         "venv": plan.python.venv,
         "python": plan.python.version,
@@ -127,10 +160,10 @@ def roles_version() -> str:
 # Packages the roles need that a stock host may already have (so the ledger does not list them): changed by hand,
 # they make the next apply take the full path too.
 ROLE_PREREQUISITES = ("acl", "python3-apt", "python3-packaging", "python3-venv", "sudo")
-# What the fast re-apply leaves out of the files it reads: the environment (its distributions count instead), the
-# verifier's reports and the record and ledger themselves (written on every apply), the downloads' cache.
-FINGERPRINT_SKIP = ("/var/lib/provision/verify", "/var/lib/provision/applied.json", "/var/lib/provision/ledger.json",
-                    "/var/lib/provision/apply.lock", "/var/cache/provision")
+# What the fast re-apply leaves out of the files it reads (names in data/paths.yaml): the environment (its
+# distributions count instead), the verifier's reports, the record, the ledger and the lock (written on every apply),
+# the downloads' cache.
+FINGERPRINT_SKIP = ("verify_reports", "record", "ledger", "lock", "cache_dir")
 # The environment's files the roles write, read by the environment's account (roles/python_env, roles/jupyter).
 FINGERPRINT_VENV_FILES = ("pip.conf", "share/jupyter/kernels/python3/kernel.json",
                           "share/jupyter/lab/settings/overrides.json", "etc/jupyter/labconfig/page_config.json")
@@ -141,10 +174,11 @@ def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: b
     provision_facts, which reads it for the record) and what must match besides:
     the roles' inputs (key_vars, the rendered variables) and the roles' version."""
     planned = ledger_planned(plan, skip_frameworks=skip_frameworks)
-    files = [*planned["paths"], "/usr/local/lib/provision"]
-    skip = {*FINGERPRINT_SKIP, plan.python.venv}
+    at = host_paths()
+    files = [*planned["paths"], at["lib_dir"]]
+    skip = {*(at[name] for name in FINGERPRINT_SKIP), plan.python.venv}
     if plan.jupyter.enabled:
-        files.append("/etc/systemd/system/provision-jupyter.service")
+        files.append(at["jupyter_unit_file"])
     if plan.python.managed is not None:
         # A managed interpreter counts by its directory's owner and mode and by the stamp python_env writes once it
         # is whole (the archive's sha256 in it), not file by file: thousands of root-owned files read on every apply.
@@ -154,8 +188,8 @@ def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: b
         skip.add(plan.python.installer.prefix)
         files.append(f"{plan.python.installer.prefix}/.provision-complete")
     return {
-        "ledger": "/var/lib/provision/ledger.json",
-        "record": "/var/lib/provision/applied.json",
+        "ledger": at["ledger"],
+        "record": at["record"],
         "packages": sorted({*planned["packages"], *(p.split("=")[0] for p in plan.python.packages),
                             *ROLE_PREREQUISITES}),
         "files": sorted(files),
@@ -182,14 +216,13 @@ def verifier_source() -> Path:
     return Path(provision.verify.__file__).resolve().parent
 
 
-# JupyterLab's news prompt and update check, off: the settings' defaults (its documented overrides.json) and the
-# announcements plugin disabled in the page configuration, as the Jupyter Docker Stacks do. roles/jupyter's templates
-# write the same on a host, templates/Dockerfile.j2 in an image (provision.render.docker.jupyter_files).
-LAB_OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
-# lockedExtensions as JupyterLab >= 4.1 adds it on its first start (migrating disabledExtensions), so it does not
-# rewrite the file.
-LAB_PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True},
-                   "lockedExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
+@cache
+def lab_settings() -> tuple[dict[str, Any], dict[str, Any]]:
+    """JupyterLab's settings overrides and page configuration (its news prompt and update check off), as
+    roles/jupyter writes them on a host: read from the role's vars/main.yml, the one place they are written, for an
+    image's environment (provision.render.docker.jupyter_files)."""
+    data = YAML(typ="safe").load((share_dir("roles") / "jupyter" / "vars" / "main.yml").read_text())
+    return data["__jupyter_lab_overrides"], data["__jupyter_lab_page_config"]
 
 
 def kernel_display_name(plan: Plan, *, skip_frameworks: bool = False) -> str:
@@ -317,6 +350,8 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "gpu_verify_requirements": [*plan.verify.nvrtc_requirements, *plan.verify.cuda_python_requirements,
                                     plan.verify.numpy_requirement],
     }
+    for role in ("nvidia_driver", "cuda", "cudnn"):
+        out.update(nvidia_repo_vars(role))
     out.update(preflight_vars(plan))
     out["host_record_plan"] = {
         "profile": plan.profile,
@@ -354,6 +389,7 @@ def preflight_vars(plan: Plan) -> dict[str, Any]:
         "preflight_jupyter_port": plan.jupyter.port if plan.jupyter.enabled else 0,
         "preflight_jupyter_bind": plan.jupyter.bind,
         "preflight_account": plan.user,
+        **nvidia_repo_vars("preflight"),
     }
 
 

@@ -21,7 +21,7 @@ from provision import __version__
 from provision.errors import UsageError, printable, show
 from provision.models import FrameworkPlan, ManagedPython, Plan
 from provision.plan_rules import IMAGE_REF
-from provision.render.ansible import LAB_OVERRIDES, LAB_PAGE_CONFIG, kernel_display_name
+from provision.render.ansible import kernel_display_name, lab_settings
 from provision.resources import share_dir
 
 TEMPLATE = "Dockerfile.j2"
@@ -470,10 +470,11 @@ def jupyter_files(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, str
     spec = {"argv": [f"{venv}/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": kernel_display_name(plan, skip_frameworks=skip_frameworks), "language": "python",
             "metadata": {"debugger": True}}
+    overrides, page_config = lab_settings()
     files = {
         f"{venv}/share/jupyter/kernels/python3/kernel.json": spec,
-        f"{venv}/share/jupyter/lab/settings/overrides.json": LAB_OVERRIDES,
-        f"{venv}/etc/jupyter/labconfig/page_config.json": LAB_PAGE_CONFIG,
+        f"{venv}/share/jupyter/lab/settings/overrides.json": overrides,
+        f"{venv}/etc/jupyter/labconfig/page_config.json": page_config,
     }
     # ASCII JSON (the name's middle dot as \u00b7): printf's %s copies it byte for byte.
     return {path: shlex.quote(json.dumps(content, sort_keys=True)) for path, content in files.items()}

@@ -94,8 +94,8 @@ def host(tmp_path_factory):
         assert rendered.returncode == 0, rendered.stdout[-2000:] + rendered.stderr[-2000:]
     # The stand-in's URL and key, in place of NVIDIA's; nothing else differs from the rendered plans.
     (tmp / "standin.json").write_text(json.dumps({
-        "__nvidia_driver_repo_url": URL, "__nvidia_driver_repo_key_fingerprint": fpr,
-        "__nvidia_driver_repo_keyring_sha256": {}, "__preflight_nvidia_repo": URL,
+        "nvidia_driver_repo_url": URL, "nvidia_driver_repo_key_fingerprint": fpr,
+        "__nvidia_driver_repo_keyring_sha256": {}, "preflight_nvidia_repo_url": URL,
     }))
     yield {"env": env, "outs": outs, "extra": f"@{tmp / 'standin.json'}", "fpr": fpr,
            "profile": str(tmp / "repo.yaml"), "inventory": str(tmp / "inventory.yml")}

@@ -192,12 +192,12 @@ def recipe_for(archive_name: str) -> Recipe:
 
 def _build(base: Path, recipe: Recipe, log) -> Path:
     """Build the archive into base/recipe.key (renamed into place when complete). Caller holds the lock."""
-    from provision.sandbox import DEBIAN_CODENAMES, ensure_base_image
+    from provision.sandbox import debian_codenames, ensure_base_image
 
     for stale in base.glob(".tmp-*"):  # what a killed build left; nobody else builds while we hold the lock
         shutil.rmtree(stale, ignore_errors=True)
     image = ensure_base_image(recipe.release, log=log)
-    apt = cache_root() / "apt" / DEBIAN_CODENAMES[recipe.release]
+    apt = cache_root() / "apt" / debian_codenames()[recipe.release]
     (apt / "partial").mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{recipe.key}-", dir=base))
     name = f"provision-python-standin-{os.getpid()}"

@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 
 from provision.pipeline import plan_for
-from provision.render.ansible import LAB_OVERRIDES, LAB_PAGE_CONFIG, ansible_vars, kernel_display_name
+from provision.render.ansible import ansible_vars, kernel_display_name, lab_settings
 from provision.render.docker import render_dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,11 +28,15 @@ def test_the_kernel_is_named_for_the_python_the_framework_and_the_cuda_it_runs()
 def test_the_role_writes_python3_and_the_settings_that_turn_the_news_off():
     role = ROOT / "roles/jupyter"
     assert "jupyter_kernel_name: python3" in (role / "defaults/main.yml").read_text()
-    page = (role / "templates/lab_page_config.json.j2").read_text()
-    overrides = (role / "templates/lab_overrides.json.j2").read_text()
-    assert "'disabledExtensions': {'@jupyterlab/apputils-extension:announcements': true}" in page
-    assert "'lockedExtensions': {'@jupyterlab/apputils-extension:announcements': true}" in page
-    assert "{'fetchNews': 'false', 'checkForUpdates': false}" in overrides
+    # The templates render the role's settings (vars/main.yml, the one place they are written), which provision reads
+    # for an image too.
+    assert "__jupyter_lab_page_config | to_nice_json" in (role / "templates/lab_page_config.json.j2").read_text()
+    assert "__jupyter_lab_overrides | to_nice_json" in (role / "templates/lab_overrides.json.j2").read_text()
+    overrides, page = lab_settings()
+    announcements = {"@jupyterlab/apputils-extension:announcements": True}
+    assert page == {"disabledExtensions": announcements, "lockedExtensions": announcements}
+    # fetchNews is a string in JupyterLab's settings schema ("true", "false", "none"), checkForUpdates a boolean.
+    assert overrides == {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 
 
 def test_the_image_gets_the_same_kernel_and_settings():
@@ -48,7 +52,7 @@ def test_the_image_gets_the_same_kernel_and_settings():
             "argv": [f"{venv}/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "Python 3.13 · torch 2.7.1 · CUDA 12.6", "language": "python",
             "metadata": {"debugger": True}},
-        f"{venv}/share/jupyter/lab/settings/overrides.json": LAB_OVERRIDES,
-        f"{venv}/etc/jupyter/labconfig/page_config.json": LAB_PAGE_CONFIG,
+        f"{venv}/share/jupyter/lab/settings/overrides.json": lab_settings()[0],
+        f"{venv}/etc/jupyter/labconfig/page_config.json": lab_settings()[1],
     }
     assert "python3" in dockerfile.split("# --- Stage 2")[0]  # in the environment's stage, copied whole to the image

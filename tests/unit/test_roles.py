@@ -49,6 +49,65 @@ def test_spec_defaults_equal_defaults_file(role: str) -> None:
         assert option.get("description"), f"{role}: {name} has no description"
 
 
+REPO_ROLES = ["nvidia_driver", "cuda", "cudnn", "preflight"]
+
+
+@pytest.mark.parametrize("role", REPO_ROLES)
+def test_nvidia_repository_defaults_are_the_data(role: str) -> None:
+    """NVIDIA's repository is written once, in data/os.yaml: provision passes it to the roles, and a role's defaults
+    (what it uses run on its own) hold the same values."""
+    from provision.render.ansible import nvidia_repo_vars
+
+    passed = nvidia_repo_vars(role)
+    defaults = load(ROLES_DIR / role / "defaults" / "main.yml")
+    assert passed and {name: defaults.get(name) for name in passed} == passed
+
+
+@pytest.mark.parametrize("role", REPO_ROLES[:3])
+@pytest.mark.parametrize("os_name", OS_VARS)
+def test_nvidia_repository_directory_per_os_is_the_data(role: str, os_name: str) -> None:
+    """vars/<OS>.yml names the OS's directory in NVIDIA's repository ({slug}) as data/os.yaml does; the URL, the
+    keyring and the key are the role's inputs, not retyped per OS."""
+    from provision.compat import load_db
+
+    distribution, major = os_name.lower().split("-")
+    systems = [s for s in load_db().systems if s.distribution == distribution and s.release.split(".")[0] == major]
+    assert len(systems) == 1, os_name
+    text = (ROLES_DIR / role / "vars" / f"{os_name}.yml").read_text()
+    assert load(ROLES_DIR / role / "vars" / f"{os_name}.yml")[f"__{role}_repo_slug"] == systems[0].nvidia_repo
+    assert "developer.download.nvidia.com" not in text and "keyring_package" not in text
+
+
+def _owned() -> list[tuple[str, str, str]]:
+    from provision.compat import load_db
+
+    db = load_db()
+    rows = [(name, row.path, where) for name, row in db.host_paths.items() for where in row.roles]
+    return rows + [(name, row.name, where) for name, row in db.host_units.items() for where in row.roles]
+
+
+@pytest.mark.parametrize(("name", "path", "where"), _owned(), ids=str)
+def test_owned_paths_are_the_roles_defaults(name: str, path: str, where: str) -> None:
+    """data/paths.yaml, which the controller's ledger and fingerprint read, says what the roles write: each role
+    variable it names holds the path (or a path under it), each task file it names writes the path itself."""
+    role, rest = where.split("/", 1)
+    if rest.startswith("tasks/"):
+        assert path in (ROLES_DIR / role / rest).read_text(), f"{where} does not write {path}"
+        return
+    values = {**load(ROLES_DIR / role / "defaults" / "main.yml"), **(load(ROLES_DIR / role / "vars" / "main.yml") or {})}
+    value = str(values[rest])
+    if name == "jupyter_unit_file":  # the unit's file is named for the unit: the role's default service name
+        value = value.replace("{{ jupyter_service_name }}", values.get("jupyter_service_name", ""))
+    assert value == path or value.startswith(path.rstrip("/") + "/"), f"{where} is {value!r}, not under {path}"
+
+
+def test_every_owned_path_is_tied_to_a_role() -> None:
+    from provision.compat import load_db
+
+    db = load_db()
+    assert db.host_paths and all(row.roles for row in [*db.host_paths.values(), *db.host_units.values()])
+
+
 @pytest.mark.parametrize("role", ALL_ROLES)
 def test_variables_carry_the_role_prefix(role: str) -> None:
     for name in load(ROLES_DIR / role / "defaults" / "main.yml"):
