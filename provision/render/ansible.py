@@ -35,6 +35,8 @@ ROLES = ("ledger", "nvidia_driver", "python_env", "cuda", "cudnn", "jupyter", "g
 # Runs in plays of its own before every other play: each host is read once, and when one is refused (a foreign driver,
 # a held port, ...) a gate play stops every host of the run before the first change on any (roles/preflight).
 PREFLIGHT = "preflight"
+# Roles other roles include for the steps they share (roles/apt_packages: cuda's and cudnn's apt steps): never a play's.
+INCLUDED_ROLES = ("apt_packages",)
 VARS_FILE = "vars/plan.yml"
 
 

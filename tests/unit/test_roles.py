@@ -29,10 +29,32 @@ def spec_options(role: str) -> dict:
 
 
 def test_every_role_is_in_the_playbook() -> None:
-    from provision.render.ansible import PREFLIGHT
+    from provision.render.ansible import INCLUDED_ROLES, PREFLIGHT
     from provision.render.ansible import ROLES as PLAYBOOK_ROLES
 
-    assert sorted([*PLAYBOOK_ROLES, PREFLIGHT]) == ALL_ROLES
+    assert sorted([*PLAYBOOK_ROLES, PREFLIGHT, *INCLUDED_ROLES]) == ALL_ROLES
+
+
+@pytest.mark.parametrize("role", ["cuda", "cudnn"])
+def test_cuda_and_cudnn_share_their_apt_steps(role: str) -> None:
+    """One implementation of the apt steps (roles/apt_packages), handed each role's own variables: no copy left."""
+    main = load(ROLES_DIR / role / "tasks" / "main.yml")
+    steps = [t for t in _flatten(main) if "ansible.builtin.include_role" in t]
+    [step] = [t for t in steps if t["ansible.builtin.include_role"]["name"] == "provision.gpu.apt_packages"]
+    assert step["vars"]["apt_packages_role"] == role
+    handed = {name for name in step["vars"] if name != "apt_packages_role"}
+    assert handed <= set(load(ROLES_DIR / "apt_packages" / "defaults" / "main.yml"))
+    assert all(f"{role}_" in str(step["vars"][name]) for name in handed), step["vars"]
+    assert not (ROLES_DIR / role / "tasks" / "apt.yml").exists()
+
+
+def _flatten(tasks: list) -> list:
+    out = []
+    for task in tasks or []:
+        out.append(task)
+        for key in ("block", "rescue", "always"):
+            out += _flatten(task.get(key, []))
+    return out
 
 
 @pytest.mark.parametrize("role", ALL_ROLES)
@@ -214,8 +236,13 @@ def test_scenarios_find_provisions_own_modules(scenario: Path) -> None:
 @pytest.mark.parametrize("role", ALL_ROLES)
 def test_roles_that_use_apt_install_python3_apt_first(role: str) -> None:
     """Ansible's apt module needs python3-apt, which a stock Debian lacks: the role installs it before any apt task."""
+    from provision.render.ansible import INCLUDED_ROLES
+
     tasks = ROLES_DIR / role / "tasks"
-    if not any("ansible.builtin.apt:" in p.read_text() for p in tasks.glob("*.yml")):
+    if role in INCLUDED_ROLES:
+        pytest.skip(f"{role} runs inside the roles that include it, after their python3-apt step (checked for them)")
+    if not any("ansible.builtin.apt:" in p.read_text() or "provision.gpu.apt_packages" in p.read_text()
+               for p in tasks.glob("*.yml")):
         pytest.skip(f"{role} does not use ansible.builtin.apt")
     main = load(tasks / "main.yml")
     names = [t.get("name", "") for t in main]
@@ -224,7 +251,7 @@ def test_roles_that_use_apt_install_python3_apt_first(role: str) -> None:
         included = task.get("ansible.builtin.include_tasks")
         if isinstance(included, str) and (tasks / included).is_file() and "apt" not in (tasks / included).read_text():
             return False  # an included file with nothing of apt (python_env's managed.yml unpacks an archive)
-        return "include_tasks" in str(task) or "ansible.builtin.apt" in task
+        return "include_tasks" in str(task) or "ansible.builtin.apt" in task or "apt_packages" in str(task)
 
     first_apt_user = next(i for i, t in enumerate(main) if i != step and uses_apt(t))
     # The step is an include of the role's python3_apt.yml, whose one working step is provision's module.
