@@ -1,5 +1,6 @@
-"""systemd units and accounts, read for provision_facts and the fingerprint: one `systemctl show` call for every
-unit asked, and the password database."""
+"""The host's system as provision's modules read it: systemd units and accounts (provision_facts and the fingerprint:
+one `systemctl show` call for every unit asked, and the password database), and its processes and boot as /proc
+shows them (provision_lock: whether the apply that took the lock still runs)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import subprocess
 from ansible_collections.provision.gpu.plugins.module_utils.errors import ModuleError
 
 TIMEOUT_S = 120
+PROC = "/proc"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+SSHD = ("sshd", "sshd-session")  # OpenSSH's per-connection processes (sshd-session since OpenSSH 9.8)
 
 
 def unit_name(name: str) -> str:
@@ -56,3 +60,57 @@ def read_accounts(names: list[str]) -> dict:
         found[name] = {"exists": True, "uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir,
                        "shell": entry.pw_shell}
     return found
+
+
+def read_text(path: str) -> str:
+    """A small text file (/proc's), "" when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def process(pid: int) -> tuple[str, int, int] | None:
+    """(comm, ppid, start time in clock ticks after the kernel booted) of a live process; None when it is gone (or a
+    zombie). The start time tells a process from a later one given the same pid."""
+    raw = read_text(f"{PROC}/{pid}/stat")
+    if not raw or ")" not in raw:
+        return None
+    comm = raw[raw.index("(") + 1:raw.rindex(")")]
+    fields = raw[raw.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return comm, int(fields[1]), int(fields[19])
+
+
+def alive(proc: dict) -> bool:
+    """Whether {pid, start} (as ssh_session gives it) is still that process."""
+    found = process(int(proc.get("pid") or 0)) if proc.get("pid") else None
+    return found is not None and found[2] == proc.get("start")
+
+
+def boot() -> str:
+    """The host's boot: the kernel's boot id and the start of pid 1 in this pid namespace, which a restarted
+    container changes while its kernel's boot id stays (containers share their host's kernel)."""
+    one = process(1)
+    return f"{read_text(BOOT_ID).strip()}/{one[2] if one else '?'}"
+
+
+def ssh_session(pid: int = 0) -> dict:
+    """The SSH session process `pid` (this one by default) runs in: the nearest sshd process above it (OpenSSH's
+    per-connection process, which lives exactly as long as the connection), as {pid, start}. Empty when there is
+    none (a local or container connection)."""
+    first = pid or os.getpid()
+    pid = first
+    for _step in range(64):
+        found = process(pid)
+        if found is None:
+            return {}
+        comm, ppid, start = found
+        if comm in SSHD and pid != first:
+            return {"pid": pid, "start": start}
+        if ppid <= 1:
+            return {}
+        pid = ppid
+    return {}

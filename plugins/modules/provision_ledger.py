@@ -106,10 +106,9 @@ import pwd  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.provision.gpu.plugins.module_utils import dpkg  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils import apt, dpkg  # noqa: E402
 from ansible_collections.provision.gpu.plugins.module_utils.errors import ModuleError  # noqa: E402
 from ansible_collections.provision.gpu.plugins.module_utils.ledger import (  # noqa: E402
     KINDS,
@@ -170,21 +169,12 @@ def parse_simulation(text: str) -> set[str]:
     return {m.group(1).split(":")[0] for m in re.finditer(r"^(?:Purg|Remv) (\S+)", text, re.M)}
 
 
-APT_LOCK_WAIT_S = 300  # how long apt-get waits for dpkg's locks, and this module for apt's archive lock
+APT_LOCK_WAIT_S = 300  # how long each apt-get call may wait, in all, for apt's and dpkg's locks
 
 
 def apt_get(args: list[str]) -> subprocess.CompletedProcess:
-    """apt-get, waiting for the locks: DPkg::Lock::Timeout covers dpkg's, and apt's archive lock (held while
-    another apt downloads: unattended-upgrades, or another host sharing the archive) fails at once, so that failure
-    is tried again every 5 s for as long."""
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LANG="C.UTF-8")
-    deadline = time.monotonic() + APT_LOCK_WAIT_S
-    while True:
-        proc = subprocess.run(["apt-get", "-q", "-y", "-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}", *args],
-                              capture_output=True, text=True, check=False, env=env, timeout=TIMEOUT_S)
-        if proc.returncode == 0 or "Could not get lock" not in proc.stderr or time.monotonic() > deadline:
-            return proc
-        time.sleep(5)
+    """apt-get, waiting for the locks (module_utils/apt.py)."""
+    return apt.apt_get(args, APT_LOCK_WAIT_S, timeout_s=TIMEOUT_S)
 
 
 def purge(candidates: list[str], owned: set[str]) -> tuple[list[str], list[str]]:

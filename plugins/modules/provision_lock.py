@@ -96,102 +96,15 @@ import secrets  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils import files, lock, system  # noqa: E402
 
-SCHEMA = "provision.lock/1"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-SSHD = ("sshd", "sshd-session")  # OpenSSH's per-connection processes (sshd-session since OpenSSH 9.8)
-
-
-def read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
-def stat_fields(pid: int) -> tuple[str, int, int] | None:
-    """(comm, ppid, start time in clock ticks after the kernel booted) of a live process; None when it is gone."""
-    raw = read(f"/proc/{pid}/stat")
-    if not raw or ")" not in raw:
-        return None
-    comm = raw[raw.index("(") + 1:raw.rindex(")")]
-    fields = raw[raw.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return comm, int(fields[1]), int(fields[19])
-
-
-def boot() -> str:
-    """The host's boot as the lock compares it: the kernel's boot id, and the start of pid 1 in this pid namespace,
-    which a restarted container changes while its kernel's boot id stays (containers share their host's kernel)."""
-    one = stat_fields(1)
-    return f"{read(BOOT_ID).strip()}/{one[2] if one else '?'}"
-
-
-def session() -> dict:
-    """The SSH session this module runs in: the nearest sshd process above it (OpenSSH's per-connection process,
-    which lives exactly as long as the connection). Empty when there is none (a local or container connection)."""
-    pid = os.getpid()
-    for _step in range(64):
-        found = stat_fields(pid)
-        if found is None:
-            return {}
-        comm, ppid, start = found
-        if comm in SSHD and pid != os.getpid():
-            return {"pid": pid, "start": start}
-        if ppid <= 1:
-            return {}
-        pid = ppid
-    return {}
-
-
-def alive(process: dict) -> bool:
-    found = stat_fields(int(process.get("pid") or 0)) if process.get("pid") else None
-    return found is not None and found[2] == process.get("start")
-
-
-def who(record: dict) -> str:
-    holder = record.get("holder") or {}
-    place = holder.get("controller") or "a controller that did not say its name"
-    if holder.get("machine_id"):
-        place += f" (machine-id {str(holder['machine_id'])[:12]})"
-    parts = [f"from {place}"]
-    if holder.get("user"):
-        parts.append(f"as {holder['user']}")
-    if holder.get("pid"):
-        parts.append(f"provision pid {holder['pid']}")
-    parts.append(f"taken {record.get('taken', '?')}")
-    text = ", ".join(parts)
-    return text + (f": `{holder['command']}`" if holder.get("command") else "")
-
-
-def judge(record: dict, holder: dict, live_tokens: list[str], now_boot: str) -> tuple[str, str]:
-    """("free" | "ours" | "stale" | "live", why) for the record a lock file holds."""
-    if not record:
-        return "free", ""
-    if holder.get("token") and record.get("token") == holder.get("token"):
-        return "ours", ""
-    if record.get("boot") != now_boot:
-        return "stale", "the host has started again since (a power cut or a reboot)"
-    if record.get("session"):
-        if not alive(record["session"]):
-            return "stale", "the SSH connection that took it is gone (its controller was stopped or lost the host)"
-        return "live", "its SSH connection to this host is open"
-    mine = holder.get("machine_id") and (record.get("holder") or {}).get("machine_id") == holder.get("machine_id")
-    if mine and record.get("token") not in live_tokens:
-        return "stale", "no process of that apply runs on this controller any more"
-    return "live", "it was taken without an SSH session this host can watch"
+# The lock's rules (its record, free / ours / stale / live, the lines) are module_utils/lock.py; the host's boot and
+# processes module_utils/system.py; here is the file under its flock.
 
 
 def load(handle) -> dict:
     handle.seek(0)
-    text = handle.read()
-    try:
-        record = json.loads(text) if text.strip() else {}
-    except ValueError:
-        return {"token": "?", "boot": "?", "unreadable": True}  # torn by a cut mid-write: stale by its boot
-    return record if isinstance(record, dict) else {}
+    return lock.parse(handle.read())
 
 
 @contextlib.contextmanager
@@ -224,14 +137,14 @@ def locked(path: str, create: bool):
 
 def acquire(module: AnsibleModule, path: str, holder: dict, live_tokens: list[str]) -> dict:
     token = str(holder.get("token") or f"host-{secrets.token_hex(8)}")
-    now_boot = boot()
-    record = {"schema": SCHEMA, "token": token, "boot": now_boot, "session": session(),
+    now_boot = system.boot()
+    record = {"schema": lock.SCHEMA, "token": token, "boot": now_boot, "session": system.ssh_session(),
               "holder": {k: v for k, v in holder.items() if k != "token"},
               "taken": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if module.check_mode:
         with locked(path, create=False) as handle:
             found = load(handle) if handle is not None else {}
-        state, why = judge(found, {**holder, "token": token}, live_tokens, now_boot)
+        state, why = lock.judge(found, {**holder, "token": token}, live_tokens, now_boot, system.alive)
     else:
         directory = os.path.dirname(path)
         if not os.path.isdir(directory):
@@ -241,18 +154,14 @@ def acquire(module: AnsibleModule, path: str, holder: dict, live_tokens: list[st
             record["made_directory"] = True
         with locked(path, create=True) as handle:
             found = load(handle)
-            state, why = judge(found, {**holder, "token": token}, live_tokens, now_boot)
+            state, why = lock.judge(found, {**holder, "token": token}, live_tokens, now_boot, system.alive)
             if state in ("free", "stale"):
-                handle.seek(0)
-                handle.truncate()
-                handle.write(json.dumps(record, sort_keys=True) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-    refused = (f"another provision apply holds this host ({who(found)}; {why}): wait for it to finish, or if it no "
-               f"longer runs (its controller is off), remove its lock with `sudo rm {path}` on the host, then apply "
-               "again") if state == "live" else ""
-    note = (f"took over the lock on this host left by an apply that did not finish ({who(found)}): {why}"
-            if state == "stale" else "")
+                # Whole or not at all, on the disk before the first change (a cut leaves the old record or this
+                # one). Under the flock of the file it replaces: an acquire waiting on that one sees its inode go
+                # and reads this one (locked).
+                files.atomic_write(path, json.dumps(record, sort_keys=True) + "\n", 0o644)
+    refused = lock.refused_line(found, why, path) if state == "live" else ""
+    note = lock.note_line(found, why) if state == "stale" else ""
     return {"changed": state in ("free", "stale"), "token": token, "note": note, "refused": refused,
             "held_by": found}
 

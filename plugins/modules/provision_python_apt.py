@@ -17,8 +17,8 @@ description:
   - Otherwise refreshes apt's lists (a fresh install's lists are as old as the install, or absent, so the version
     they name may be gone) and installs C(python3-apt) without recommends.
   - C(DPkg::Lock::Timeout) covers dpkg's lock only; apt takes the archives and lists locks without waiting, so a
-    run racing another apt (or a container sharing the archive cache) is tried again every 10 seconds within the
-    same time budget, O(lock_timeout).
+    run racing another apt (or a container sharing the archive cache) is tried again every 5 seconds within the
+    same time budget, O(lock_timeout) (the shared code in module_utils/apt.py).
   - In check mode nothing is run; the result says whether an apply would install it (its C(changed)).
 options:
   lock_timeout:
@@ -45,11 +45,8 @@ import subprocess  # noqa: E402  (after DOCUMENTATION, as Ansible modules are la
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.provision.gpu.plugins.module_utils import dpkg  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils import apt, dpkg  # noqa: E402
 from ansible_collections.provision.gpu.plugins.module_utils.errors import ModuleError  # noqa: E402
-
-LOCKED = "Could not get lock"
-RETRY_S = 10
 
 
 def installed(module: AnsibleModule) -> bool:
@@ -62,20 +59,12 @@ def installed(module: AnsibleModule) -> bool:
 
 
 def apt_get(module: AnsibleModule, args: list[str], deadline: float) -> None:
-    """Run apt-get with the lock budget that is left; again on a lock held by another apt until the deadline."""
-    env = {"DEBIAN_FRONTEND": "noninteractive"}
-    while True:
-        left = max(1, int(deadline - time.monotonic()))
-        cmd = ["apt-get", "-o", f"DPkg::Lock::Timeout={left}", *args]
-        rc, out, err = module.run_command(cmd, environ_update=env)
-        if rc == 0:
-            return
-        if LOCKED in err and time.monotonic() + RETRY_S < deadline:
-            time.sleep(RETRY_S)
-            continue
-        module.fail_json(msg=f"`apt-get {' '.join(args)}` failed (exit {rc}) while installing python3-apt, which "
-                             f"Ansible's apt module needs: {(err or out).strip()[-1500:]}",
-                         rc=rc, stdout=out, stderr=err)
+    """apt-get with the lock budget that is left (module_utils/apt.py waits for the locks); a failure ends the module."""
+    proc = apt.apt_get(args, max(1.0, deadline - time.monotonic()))
+    if proc.returncode != 0:
+        module.fail_json(msg=f"`apt-get {' '.join(args)}` failed (exit {proc.returncode}) while installing python3-apt, "
+                             f"which Ansible's apt module needs: {(proc.stderr or proc.stdout).strip()[-1500:]}",
+                         rc=proc.returncode, stdout=proc.stdout, stderr=proc.stderr)
 
 
 def main() -> None:
@@ -86,7 +75,7 @@ def main() -> None:
     lock_timeout = module.params["lock_timeout"]
     deadline = time.monotonic() + lock_timeout
     apt_get(module, ["update"], deadline)
-    apt_get(module, ["install", "-y", "--no-install-recommends", "python3-apt"], deadline)
+    apt_get(module, ["install", "--no-install-recommends", "python3-apt"], deadline)
     if not installed(module):
         module.fail_json(msg="apt-get installed python3-apt, but dpkg does not list it as installed (dpkg-query -W "
                              "python3-apt): run `sudo apt-get install python3-apt` on the host and read its output")

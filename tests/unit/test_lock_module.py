@@ -10,14 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from provision.resources import collections_dir
+
 MODULE = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "provision_lock.py"
 
 
 def run_module(tmp_path: Path, check: bool = False, **args) -> dict:
     argfile = tmp_path / "args.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}))
+    # The collection on the import path, as AnsiballZ puts it there (the module imports plugins/module_utils).
+    env = dict(os.environ, PYTHONPATH=str(collections_dir()))
     proc = subprocess.run([sys.executable, str(MODULE), str(argfile)], capture_output=True, text=True, check=False,
-                          cwd=tmp_path)
+                          cwd=tmp_path, env=env)
     result = json.loads(proc.stdout)
     assert (proc.returncode != 0) == bool(result.get("failed")), proc.stdout + proc.stderr
     return result

@@ -1,20 +1,26 @@
 """The code provision's modules share (plugins/module_utils), imported as Ansible imports it on a host: apt's sources
 read as apt reads them (whether a stanza is enabled asked of this machine's apt itself), dpkg read as dpkg answers
 on this machine, the one metadata reader run in an interpreter of its own, root-owned JSON and atomic writes, the
-ledger's schema as the controller reads it, and the fingerprint's comparison.
+ledger's schema as the controller reads it, the fingerprint's comparison, apt-get waiting for apt's locks (this
+machine's apt-get, a lock held as another apt holds it), and the apply lock's rules with the host's boot and processes
+as /proc shows them.
 
 The modules that use them run for real in test_facts_module.py, test_preflight_checks.py, test_fingerprint.py,
-test_ledger.py and test_apt_components.py; on a sandbox host in tests/integration/test_python_apt_module.py (Ansible's
+test_ledger.py, test_lock_module.py and test_apt_components.py; on a sandbox host in tests/integration/test_python_apt_module.py (Ansible's
 own module packing) and every apply (Mitogen's).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -241,3 +247,150 @@ def test_the_fingerprint_comparison(key, parts, error, recorded, expected):
     digest = None if error else fingerprint.digest_of(parts)
     record = {"fingerprint": {**recorded, "digest": fingerprint.digest_of(recorded["parts"])}} if recorded else {}
     assert fingerprint.compare(key, parts, digest, error, record) == expected
+
+
+# --- apt-get waiting for apt's locks (module_utils/apt.py: provision_python_apt and provision_ledger) ---------------
+apt = modules.utils("apt")
+
+
+def _apt_dirs(tmp_path: Path) -> list[str]:
+    """apt-get update on lists and caches of its own with no sources: this machine's apt, run for real, quick, and
+    touching nothing of the machine's."""
+    for sub in ("lists/partial", "parts", "cache/archives/partial"):
+        (tmp_path / sub).mkdir(parents=True, exist_ok=True)
+    return ["-o", f"Dir::State::Lists={tmp_path}/lists", "-o", "Dir::Etc::SourceList=/dev/null",
+            "-o", f"Dir::Etc::SourceParts={tmp_path}/parts", "-o", f"Dir::Cache={tmp_path}/cache"]
+
+
+@contextlib.contextmanager
+def _held(lock: Path, seconds: float | None = None):
+    """apt's lock taken as another apt takes it (fcntl), released after `seconds` (None: when the block ends)."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o640)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    timer = threading.Timer(seconds, os.close, [fd]) if seconds is not None else None
+    if timer:
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer:
+            timer.join()
+        else:
+            os.close(fd)
+
+
+needs_apt = pytest.mark.skipif(shutil.which("apt-get") is None, reason="no apt-get on this machine")
+
+
+@needs_apt
+def test_apt_get_waits_for_a_lock_another_apt_holds_then_runs(tmp_path: Path):
+    opts = _apt_dirs(tmp_path)
+    start = time.monotonic()
+    with _held(tmp_path / "lists" / "lock", seconds=1.5):
+        proc = apt.apt_get([*opts, "update"], budget_s=30, retry_s=0.5)
+    assert proc.returncode == 0, proc.stderr
+    assert 1.5 <= time.monotonic() - start < 20
+
+
+@needs_apt
+def test_apt_get_gives_up_with_apts_own_message_when_the_budget_is_spent(tmp_path: Path):
+    opts = _apt_dirs(tmp_path)
+    start = time.monotonic()
+    with _held(tmp_path / "lists" / "lock"):
+        proc = apt.apt_get([*opts, "update"], budget_s=2, retry_s=0.5)
+    assert proc.returncode != 0 and apt.LOCKED in proc.stderr
+    assert 1.5 <= time.monotonic() - start < 10  # tried again until the budget was spent, not once
+
+
+@needs_apt
+def test_apt_get_returns_other_failures_at_once(tmp_path: Path):
+    start = time.monotonic()
+    proc = apt.apt_get([*_apt_dirs(tmp_path), "no-such-command"], budget_s=30, retry_s=0.5)
+    assert proc.returncode != 0 and apt.LOCKED not in proc.stderr
+    assert time.monotonic() - start < 5
+
+
+# --- the apply lock's rules and the host's boot and processes (module_utils/lock.py, system.py: provision_lock) -----
+lock = modules.utils("lock")
+system = modules.utils("system")
+
+
+def test_a_process_is_told_from_a_later_one_with_its_pid_by_its_start():
+    comm, ppid, start = system.process(os.getpid())
+    assert ppid == os.getppid() and comm == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+    assert system.alive({"pid": os.getpid(), "start": start})
+    assert not system.alive({"pid": os.getpid(), "start": start + 1})  # the same pid, another process
+    child = subprocess.Popen(["sleep", "30"])
+    child_start = system.process(child.pid)[2]
+    child.kill()
+    child.wait()
+    assert system.process(child.pid) is None and not system.alive({"pid": child.pid, "start": child_start})
+
+
+def test_the_boot_is_the_kernels_boot_id_and_pid_1s_start():
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert system.boot() == f"{boot_id}/{system.process(1)[2]}"
+
+
+def test_the_ssh_session_is_the_nearest_sshd_above_a_process(tmp_path: Path):
+    # A process named sshd-session (OpenSSH's per-connection process since 9.8) with a child: the child's session is
+    # that process, the process's own is not itself.
+    sshd = tmp_path / "sshd-session"
+    sshd.symlink_to(shutil.which("sh"))
+    parent = subprocess.Popen([str(sshd), "-c", "sleep 30 & wait"], executable=str(sshd))
+    try:
+        for _ in range(100):
+            kids = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            if kids:
+                break
+            time.sleep(0.05)
+        [kid] = kids
+        assert system.ssh_session(int(kid)) == {"pid": parent.pid, "start": system.process(parent.pid)[2]}
+        assert system.ssh_session(parent.pid) in ({}, system.ssh_session())  # not itself
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+RECORD = {"schema": "provision.lock/1", "token": "other-run", "session": {},
+          "holder": {"controller": "lab-2", "machine_id": "feedc0de", "user": "ana", "pid": 77,
+                     "command": "provision apply x.yaml"}, "taken": "2026-11-27T01:00:00+0000"}
+ME = {"token": "run-1", "machine_id": "0123abcd"}
+
+
+@pytest.mark.parametrize(("record", "holder", "live", "session_alive", "state"), [
+    ({}, ME, [], False, "free"),
+    ({**RECORD, "token": "run-1"}, ME, [], False, "ours"),
+    ({**RECORD, "boot": "another-boot"}, ME, [], False, "stale"),
+    ({**RECORD, "session": {"pid": 5, "start": 9}}, ME, [], False, "stale"),
+    ({**RECORD, "session": {"pid": 5, "start": 9}}, ME, [], True, "live"),
+    (RECORD, {**ME, "machine_id": "feedc0de"}, [], False, "stale"),  # this controller's, and its run is gone
+    (RECORD, {**ME, "machine_id": "feedc0de"}, ["other-run"], False, "live"),  # this controller's, still running
+    (RECORD, ME, [], False, "live"),  # another controller's, with no session to watch
+    (lock.parse('{"token": "torn'), ME, [], False, "stale"),  # cut mid-write: stale by its boot
+], ids=["free", "ours", "rebooted", "session-gone", "session-open", "own-run-gone", "own-run-live", "foreign",
+        "torn"])
+def test_the_lock_is_judged_by_its_record_and_what_the_host_shows(record, holder, live, session_alive, state):
+    now = "this-boot"
+    if record and "boot" not in record:
+        record = {**record, "boot": now}
+    found, why = lock.judge(record, holder, live, now, lambda _proc: session_alive)
+    assert found == state
+    assert bool(why) == (state in ("stale", "live"))
+
+
+def test_the_lock_lines_name_whose_it_was_and_what_to_do():
+    refused = lock.refused_line(RECORD, "its SSH connection to this host is open", "/var/lib/provision/apply.lock")
+    assert "from lab-2 (machine-id feedc0de), as ana, provision pid 77, taken 2026-11-27T01:00:00+0000: " \
+           "`provision apply x.yaml`" in refused
+    assert "`sudo rm /var/lib/provision/apply.lock`" in refused and "\n" not in refused
+    assert lock.note_line(RECORD, "the host has started again").startswith("took over the lock on this host")
+    assert lock.parse("") == {} and lock.parse("[1]") == {}
+
+
+def test_a_synced_atomic_write_leaves_the_whole_file_and_no_temporary(tmp_path: Path):
+    path = tmp_path / "apply.lock"
+    path.write_text("old")
+    files.atomic_write(str(path), '{"token": "new"}\n', 0o644)
+    assert path.read_text() == '{"token": "new"}\n' and oct(path.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in tmp_path.iterdir()] == ["apply.lock"]
