@@ -65,7 +65,7 @@ def main() -> None:
                    check=True)
     env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
     sides = {"before": (before_tree, "pv-ab-before"), "after": (None, "pv-ab-after")}
-    common = [args.profile, "--os", args.os, "--yes", "--skip-frameworks", "--no-check"]
+    common = [args.profile, "--os", args.os, "--yes", "--skip-frameworks", "--skip-check"]
     walls: dict[str, list[float]] = {"before": [], "after": []}
     # The controller's CPU-seconds per run (provision, ansible-playbook, Mitogen, docker exec: every process this
     # run waits for, not the container's own): what each Ansible task costs the controller, and what grows with the
@@ -97,7 +97,7 @@ def main() -> None:
     result = {
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
-        "what": f"converged single-host re-apply of {args.profile} --os {args.os} --skip-frameworks --no-check; "
+        "what": f"converged single-host re-apply of {args.profile} --os {args.os} --skip-frameworks --skip-check; "
                 f"before = {rev}, after = {head}; two sandboxes, runs alternated",
         "reapply_wall_s": {**walls, "median_before": med["before"], "median_after": med["after"],
                            "ratio_after_to_before": round(med["after"] / med["before"], 2)},

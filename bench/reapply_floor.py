@@ -66,7 +66,7 @@ def main() -> None:
     env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
     cli = [sys.executable, "-m", "provision"]
     inventory = tmp / "inventory.yml"
-    apply = [*cli, "apply", args.profile, "--os", args.os, "--yes", "--skip-frameworks", "--no-check",
+    apply = [*cli, "apply", args.profile, "--os", args.os, "--yes", "--skip-frameworks", "--skip-check",
              "--sandbox", NAME]
     plan = json.loads(subprocess.run([*cli, "plan", args.profile, "--os", args.os, "--json"], cwd=ROOT,
                                      capture_output=True, text=True, check=True).stdout)
@@ -95,7 +95,7 @@ def main() -> None:
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
         "load_average_at_end": os.getloadavg(),
-        "what": f"converged single-host re-apply of {args.profile} --os {args.os} --skip-frameworks --no-check on a "
+        "what": f"converged single-host re-apply of {args.profile} --os {args.os} --skip-frameworks --skip-check on a "
                 "sandbox over SSH, and the parts no role can remove, runs alternated",
         "seconds": {part: [round(x, 2) for x in v] for part, v in figures.items()},
         "median_s": med,

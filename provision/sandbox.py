@@ -257,6 +257,7 @@ def ssh_key() -> Path:
 
 
 def known_hosts() -> Path:
+    """SSH's known_hosts file that pins the sandboxes' host keys (not the hosts with a record: state.recorded_hosts)."""
     return ssh_dir() / "known_hosts"
 
 

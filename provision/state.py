@@ -173,7 +173,8 @@ def forget_host(host: str) -> None:
         path.unlink(missing_ok=True)
 
 
-def known_hosts() -> list[str]:
+def recorded_hosts() -> list[str]:
+    """The hosts with a record of an apply on this controller (not SSH's known_hosts: that is sandbox.known_hosts)."""
     root = state_dir() / "hosts"
     return sorted(p.parent.name for p in root.glob("*/applied.json")) if root.is_dir() else []
 

@@ -14,7 +14,9 @@ import typer
 
 from provision.cli.common import (
     Activity,
+    DryRunOpt,
     IndexOpt,
+    OldCheckOpt,
     OsOpt,
     ProfileArg,
     PythonMirrorOpt,
@@ -26,6 +28,7 @@ from provision.cli.common import (
     ledger_change_lines,
     out,
     print_wrapped,
+    renamed_flag,
 )
 from provision.errors import EXIT_OK, UsageError
 from provision.pipeline import plan_for
@@ -115,14 +118,17 @@ def apply(
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Only the hosts that did not succeed in the last apply "
                                          "on this inventory.")] = False,
-    check: Annotated[bool, typer.Option("--check", help="Dry run: report what would change.")] = False,
+    dry_run: DryRunOpt = False,
+    old_check: OldCheckOpt = False,
     diff: Annotated[bool, typer.Option("--diff", help="Show file differences.")] = False,
     tags: Annotated[str | None, typer.Option("--tags", help="Only these roles (comma-separated role names).")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing the hosts.")] = False,
     os_override: OsOpt = None,
     sandbox: SandboxOpt = None,
     skip_frameworks: SkipFrameworksOpt = False,
-    no_check: Annotated[bool, typer.Option("--no-check", help="Skip `provision check` after the run.")] = False,
+    skip_check: Annotated[bool, typer.Option("--skip-check", help="Skip `provision check` (the tests on the hosts) "
+                                              "after the run.")] = False,
+    old_no_check: Annotated[bool, typer.Option("--no-check", hidden=True, help="Old name of --skip-check.")] = False,
     timings: Annotated[bool, typer.Option("--timings", help="Also list the slowest steps (seconds summed over "
                                           "hosts).")] = False,
     ask_become_pass: AskBecomePassOpt = False,
@@ -146,6 +152,8 @@ def apply(
     """
     from provision.apply import run_apply, targets
 
+    check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
+    no_check = renamed_flag(old_no_check, "--no-check", "--skip-check") or skip_check
     found = targets(profile, inventory, sandbox, os_override, limit, failed, vault_password_file=vault_password_file,
                     indexes=index_overrides(index, python_mirror), require_password=not ask_jupyter_pass)
     if not found.groups:
@@ -185,7 +193,7 @@ def apply(
                  *(["--tags", tags] if tags else []), *[w for i in index or [] for w in ("--index", i)],
                  *(["-K"] if ask_become_pass else []), *(["--ask-jupyter-pass"] if ask_jupyter_pass else []),
                  *(["--vault-password-file", str(vault_password_file)] if vault_password_file else []),
-                 *(["--no-check"] if no_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
+                 *(["--skip-check"] if no_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
                  "--failed"]
         _print_failed_apply_hints(check=check, retry=retry if inventory else None)
     if outcome.error is not None:
@@ -213,10 +221,10 @@ def _jupyter_password() -> str:
 
 
 def _print_failed_apply_hints(*, check: bool, retry: list[str] | None) -> None:
-    """After a run that did not succeed everywhere: what --check cannot know, and the command (shell-quoted, as the
+    """After a run that did not succeed everywhere: what --dry-run cannot know, and the command (shell-quoted, as the
     apply was given, with --failed) that retries only the hosts that did not succeed."""
     if check:
-        err.print("note: --check installs nothing; a role that needs what an earlier step installs says what it "
+        err.print("note: --dry-run installs nothing; a role that needs what an earlier step installs says what it "
                   "cannot predict and stops (lines above); a step that failed here would fail in a real apply",
                   markup=False)
     if retry:

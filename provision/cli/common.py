@@ -92,6 +92,19 @@ def index_overrides(values: list[str] | None, python_mirror: str | None = None) 
     return out or None
 
 
+# Flags renamed so that "check" means one thing, `provision check` (the tests on the hosts): --check is --dry-run and
+# --no-check is --skip-check. The old ones still work, hidden from --help, and say their new name in one line.
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Dry run: report what would change; change nothing.")]
+OldCheckOpt = Annotated[bool, typer.Option("--check", hidden=True, help="Old name of --dry-run.")]
+
+
+def renamed_flag(used: bool, old: str, new: str) -> bool:
+    """`used`, and when it is, one line on stderr naming the new flag (the old one keeps working)."""
+    if used:
+        err.print(f"note: {old} is now {new}; {old} still works", markup=False)
+    return used
+
+
 def handle_errors(fn: F) -> F:
     """Turn the project's errors into one line each on stderr and the documented exit code. No tracebacks."""
 

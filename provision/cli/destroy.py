@@ -17,7 +17,7 @@ from provision.cli.apply import (
     _become_password,
     _confirm,
 )
-from provision.cli.common import OsOpt, app, handle_errors, ledger_change_lines, out
+from provision.cli.common import OldCheckOpt, OsOpt, app, handle_errors, ledger_change_lines, out, renamed_flag
 from provision.errors import UsageError
 from provision.procs import guarded
 
@@ -29,7 +29,8 @@ def destroy(
     profile: OptProfileArg = None,
     inventory: InventoryOpt = None,
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (Ansible pattern).")] = None,
-    check: Annotated[bool, typer.Option("--check", help="List what would be removed; change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; change nothing.")] = False,
+    old_check: OldCheckOpt = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing the hosts.")] = False,
     purge_home: Annotated[bool, typer.Option("--purge-home", help="Also delete the homes of the accounts provision "
                                              "created.")] = False,
@@ -48,6 +49,8 @@ def destroy(
     from provision import tunnel
     from provision.apply import targets
     from provision.fleet import apply_groups
+
+    check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
 
     if profile is None and sandbox:
         record = state.read_record(sandbox)

@@ -84,7 +84,7 @@ def plan(
 def _diff_against(result: Any, host: str, as_json: bool) -> None:
     record = state.read_record(host)
     if record is None:
-        known = ", ".join(state.known_hosts()) or "none yet"
+        known = ", ".join(state.recorded_hosts()) or "none yet"
         raise UsageError(f"--diff-against {host}: no record of an apply on {host} in {state.state_dir()} "
                          f"(hosts with a record: {known})")
     lines = plan_differences(result, record.get("plan") or {}) + host_differences(result, record)

@@ -21,7 +21,7 @@ def deskmini_apply():
     minutes, so it is made once per session. The CompletedProcess of that first apply."""
     subprocess.run(["docker", "rm", "-f", DESKMINI_HOST], capture_output=True)
     proc = subprocess.run([sys.executable, "-m", "provision", "apply", str(ROOT / "profiles/deskmini.yaml"), "--os",
-                           "debian-13", "--sandbox", DESKMINI_HOST, "--skip-frameworks", "--yes", "--no-check"],
+                           "debian-13", "--sandbox", DESKMINI_HOST, "--skip-frameworks", "--yes", "--skip-check"],
                           capture_output=True, text=True, timeout=1800, cwd=ROOT, stdin=subprocess.DEVNULL)
     yield proc
     from provision import sandbox

@@ -31,7 +31,7 @@ def provision(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def first_apply(deskmini_apply):
-    """The session's DeskMini host (tests/integration/conftest.py), first applied with --no-check."""
+    """The session's DeskMini host (tests/integration/conftest.py), first applied with --skip-check."""
     return deskmini_apply
 
 
@@ -75,7 +75,7 @@ def test_check_without_profile_uses_what_apply_recorded(first_apply):
 
 
 def test_second_apply_changes_nothing(first_apply):
-    proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check", "--timings")
+    proc = provision("apply", PROFILE, *COMMON, "--yes", "--skip-check", "--timings")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert _changed(proc.stdout) == 0, proc.stderr[-3000:]
     # On a converged host the probes answer and apt and pip do not run: none of their steps is reported as run.
@@ -92,7 +92,7 @@ def test_check_mode_on_a_converged_host_reports_no_change_and_records_nothing(fi
     import os
 
     state = tmp_path / "state"
-    proc = subprocess.run([sys.executable, "-m", "provision", "apply", PROFILE, *COMMON, "--check", "--diff"],
+    proc = subprocess.run([sys.executable, "-m", "provision", "apply", PROFILE, *COMMON, "--dry-run", "--diff"],
                           capture_output=True, text=True, timeout=1800, cwd=ROOT, stdin=subprocess.DEVNULL,
                           env=os.environ | {"PROVISION_STATE": str(state)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -143,7 +143,7 @@ def test_drift_the_facts_see_is_repaired_by_the_next_apply(first_apply):
                               capture_output=True, text=True, check=True).stdout.strip()
 
     def apply() -> subprocess.CompletedProcess:
-        proc = provision("apply", PROFILE, *COMMON, "--yes", "--no-check", "--tags", "jupyter,gpu_verify")
+        proc = provision("apply", PROFILE, *COMMON, "--yes", "--skip-check", "--tags", "jupyter,gpu_verify")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc
 

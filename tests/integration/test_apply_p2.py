@@ -77,6 +77,6 @@ def test_check_alone_rechecks_from_what_apply_recorded(first_apply):
 
 def test_second_apply_changes_nothing(first_apply):
     assert first_apply.returncode == 0
-    proc = provision("apply", PROFILE, *COMMON, "--no-check")
+    proc = provision("apply", PROFILE, *COMMON, "--skip-check")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert int(re.search(r"changed=(\d+)", proc.stdout).group(1)) == 0, proc.stderr[-3000:]

@@ -173,7 +173,7 @@ def test_second_apply_changes_nothing(colab):
     name, _, proc = colab
     assert proc.returncode == 0
     again = provision("apply", PROFILE, "--os", "debian-13", "--sandbox", name, "--skip-frameworks", "--yes",
-                      "--no-check")
+                      "--skip-check")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert int(re.search(r"changed=(\d+)", again.stdout).group(1)) == 0, again.stdout[-3000:]
 

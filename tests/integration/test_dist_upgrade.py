@@ -95,7 +95,7 @@ def test_debian_12_dist_upgraded_to_13(env):
     assert after["libcuda1"].startswith("550."), after.get("libcuda1")
     assert not [name for name in after if "535" in name], sorted(after)
 
-    again = apply(env, "debian-13", "--no-check")
+    again = apply(env, "debian-13", "--skip-check")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert re.search(r"changed=0\b", again.stdout), again.stdout[-3000:]
     assert sh(f"cat {KEEP}").stdout == "mine\n"

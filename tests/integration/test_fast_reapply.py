@@ -103,7 +103,7 @@ def test_a_converged_host_runs_only_the_verifier_the_record_and_the_checks(host)
 
 
 def test_check_mode_says_no_change(host):
-    proc = host.apply("--check")
+    proc = host.apply("--dry-run")
     assert f"{NAME}: no change (fingerprint matches)" in proc.stdout, proc.stdout[-3000:]
     assert changed(proc.stdout) == 0
 

@@ -71,7 +71,7 @@ def test_k80_r470_then_gtx1070_r535(env):
     wheels = sh("/opt/provision/venv/bin/python -I -m pip list --format freeze", user="ml").stdout
     assert "-cu11" not in wheels and "nvidia-cuda-runtime-cu12==12.6.77" in wheels, wheels
 
-    again = apply(env, "deskmini", "--no-check")
+    again = apply(env, "deskmini", "--skip-check")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert re.search(r"changed=0\b", again.stdout), again.stdout[-3000:]
     assert sh(f"cat {KEEP}").stdout == "mine\n"

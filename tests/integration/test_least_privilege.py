@@ -27,7 +27,7 @@ PROFILE = str(ROOT / "profiles/deskmini.yaml")
 # environment's wheels); the driver's and the verifier's roles add nothing to what is tested here but minutes.
 TAGS = "python_env,cuda,cudnn,jupyter,host_record"
 APPLY = ["apply", PROFILE, "--os", "debian-13", "--sandbox", NAME, "--skip-frameworks", "--tags", TAGS, "--yes",
-         "--no-check"]
+         "--skip-check"]
 VENV = "/opt/provision/venv"
 USER = "ml"
 SERVICE = "provision-jupyter.service"
@@ -153,7 +153,7 @@ def test_a_probe_report_the_account_crafts_is_refused_and_reaches_no_root_file(a
                     f"chmod 755 {python}"], input=_FAKE_PYTHON, text=True, check=True)
     try:
         attacked = provision("apply", PROFILE, "--os", "debian-13", "--sandbox", NAME, "--skip-frameworks", "--tags",
-                             role, "--yes", "--no-check")
+                             role, "--yes", "--skip-check")
         assert attacked.returncode == 1, output(attacked)
         assert "is not a plain" in attacked.stdout + attacked.stderr, output(attacked)
         assert host("sha256sum", script).stdout == before, "the crafted path was written into " + script

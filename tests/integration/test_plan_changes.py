@@ -135,7 +135,7 @@ def converges(host: dict, profile: str, keep: str = KEEP, password: str | None =
     proc = apply(host, profile, password=password)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "FAILED" not in proc.stdout
-    again = apply(host, profile, "--no-check", password=password)
+    again = apply(host, profile, "--skip-check", password=password)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert changed(again.stdout) == 0, again.stderr[-3000:]
     assert sh(f"cat {keep}").stdout == "mine\n"
@@ -157,9 +157,9 @@ def test_pypi_cuda_to_debian_and_back_then_destroy(host):
     assert sh(f"stat -c '%U %a' {UV}").stdout.split() == ["root", "755"]
     assert UV.rsplit("/bin/", 1)[0] in ledger["paths"]
 
-    # 2. frameworks: [] plans CUDA 12.4 from Debian. --check --diff lists what goes before anything changes.
-    preview = provision(host["env"], "apply", host["b"], "--os", "debian-13", "--sandbox", NAME, "--check", "--diff",
-                        "--no-check")
+    # 2. frameworks: [] plans CUDA 12.4 from Debian. --dry-run --diff lists what goes before anything changes.
+    preview = provision(host["env"], "apply", host["b"], "--os", "debian-13", "--sandbox", NAME, "--dry-run", "--diff",
+                        "--skip-check")
     assert re.search(rf"^{NAME}: remove\s+wheel\s+nvidia-cuda-runtime-cu12 ", preview.stdout, re.M), preview.stdout
     assert re.search(rf"^{NAME}: install\s+package\s+", preview.stdout, re.M), preview.stdout
     converges(host, host["b"])
@@ -175,8 +175,8 @@ def test_pypi_cuda_to_debian_and_back_then_destroy(host):
     assert not installed("libcudart12")
     assert "nvidia-cuda-runtime-cu12" in wheels()
 
-    # 4. destroy: --check lists, changes nothing; then everything the ledger lists goes, the home stays.
-    listed = provision(host["env"], "destroy", "--sandbox", NAME, "--check")
+    # 4. destroy: --dry-run lists, changes nothing; then everything the ledger lists goes, the home stays.
+    listed = provision(host["env"], "destroy", "--sandbox", NAME, "--dry-run")
     assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
     assert re.search(rf"^{NAME}: remove\s+environment\s+/opt/provision/venv", listed.stdout, re.M), listed.stdout
     assert sh("test -d /opt/provision/venv").returncode == 0
@@ -196,7 +196,7 @@ def test_jupyter_disabled_then_enabled_again(host):
     """The same host, from wherever the test before left it: the DeskMini plan, then with Jupyter disabled (the unit
     stopped and gone, its state directory and the JupyterLab wheels uninstalled), then enabled again."""
     keep = "/home/ml/keep-jupyter.txt"
-    first = apply(host, host["a"], "--no-check")
+    first = apply(host, host["a"], "--skip-check")
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert sh(f"echo mine > {keep}", user="ml").returncode == 0
     assert sh("systemctl is-active provision-jupyter").stdout.strip() == "active"
@@ -218,7 +218,7 @@ def test_the_account_renamed(host):
     """The plan's account renamed from ml to ada: the server runs as ada and no process of ml is left, the
     environment is made again for ada, ml's home (and ml) stay."""
     keep = "/home/ml/keep-rename.txt"
-    first = apply(host, host["a"], "--no-check")
+    first = apply(host, host["a"], "--skip-check")
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert sh(f"echo mine > {keep}", user="ml").returncode == 0
 
@@ -236,7 +236,7 @@ def test_an_environment_whose_interpreter_link_broke_is_made_again(host):
     replaces it), done by hand on this Debian 13 host: the next apply makes the environment again, its check
     passes, the one after changes nothing. (A real 12 -> 13 dist-upgrade is not run here.)"""
     keep = "/home/ml/keep-upgrade.txt"
-    first = apply(host, host["a"], "--no-check")
+    first = apply(host, host["a"], "--skip-check")
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert sh(f"echo mine > {keep}", user="ml").returncode == 0
     links = sh("cd /opt/provision/venv/bin && for f in python python3 python3.13; do ln -sfn /usr/bin/python3.11 $f; "
@@ -292,7 +292,7 @@ def test_jupyter_token_to_password_and_back(host):
     and takes a login with the password; the token file is gone. Then back to a token: the password's hash goes."""
     keep = "/home/ml/keep-password.txt"
     state_dir = "/var/lib/provision/jupyter"
-    first = apply(host, host["a"], "--no-check")
+    first = apply(host, host["a"], "--skip-check")
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert sh(f"echo mine > {keep}", user="ml").returncode == 0
     token = sh(f"cat {state_dir}/token", user="ml").stdout.strip()

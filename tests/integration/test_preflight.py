@@ -13,7 +13,7 @@ One host serves the cases in turn, each undone before the next:
   normal account with files in its home, which is not refused;
 - the planned account as a system account, then with another home;
 - dpkg left half-configured by a package whose post-installation script fails;
-- --check refuses the same way.
+- --dry-run refuses the same way.
 A second host, clean, is in the run with a refused one: it is refused too, untouched (a run changes every host or
 none).
 
@@ -38,7 +38,7 @@ NAME = sandbox_name("preflight")
 CLEAN = NAME + "-clean"
 BOOKWORM = NAME + "-deb12"
 PROFILE = str(ROOT / "profiles/deskmini.yaml")
-ARGS = ["--yes", "--skip-frameworks", "--no-check"]
+ARGS = ["--yes", "--skip-frameworks", "--skip-check"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -121,8 +121,8 @@ def test_a_run_installer_driver_is_refused(hosts):
        "touch /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14 /var/log/nvidia-installer.log")
     try:
         line = refused(hosts, "NVIDIA's .run installer", "/usr/bin/nvidia-uninstall", "`sudo nvidia-uninstall`")
-        # --check refuses the same way, and says the same.
-        assert refused(hosts, extra=("--check",)) == line
+        # --dry-run refuses the same way, and says the same.
+        assert refused(hosts, extra=("--dry-run",)) == line
     finally:
         sh("rm -f /usr/bin/nvidia-uninstall /usr/bin/nvidia-installer /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14 "
            "/var/log/nvidia-installer.log")

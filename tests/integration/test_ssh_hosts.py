@@ -41,7 +41,7 @@ PASSWORD = "pv-Sudo-7c1e9f"  # a test host's password, made for this test only
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # host_record alone: it needs root on the host (it writes /var/lib/provision) and takes seconds.
-RECORD_ONLY = ["--yes", "--skip-frameworks", "--tags", "host_record", "--no-check"]
+RECORD_ONLY = ["--yes", "--skip-frameworks", "--tags", "host_record", "--skip-check"]
 
 
 def provision(env, *args: str, timeout: float = 1800, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -101,7 +101,7 @@ def test_the_sandbox_is_a_stock_host(debian12):
 def test_check_mode_on_a_stock_host_says_what_it_cannot_predict_and_changes_nothing(debian12):
     inv, environ = debian12
     before = host_exec(D12, "cat", "/etc/apt/sources.list")
-    proc = provision(environ, "apply", "-i", str(inv), "--check", "--skip-frameworks", timeout=600)
+    proc = provision(environ, "apply", "-i", str(inv), "--dry-run", "--skip-frameworks", timeout=600)
     assert proc.returncode == 0, output(proc)
     said = [line.split("cannot predict: ", 1)[1] for line in proc.stdout.splitlines()
             if line.startswith(f"{D12}: --check cannot predict: ")]

@@ -190,12 +190,21 @@ def test_destroy_of_a_sandbox_nothing_was_applied_to_is_refused_in_one_line(tmp_
     import os
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "provision", "destroy", "--sandbox", "pv-never-applied", "--check"],
-                          capture_output=True, text=True, cwd=ROOT, env=os.environ | {"PROVISION_STATE": str(tmp_path)},
-                          stdin=subprocess.DEVNULL, timeout=120)
+    def destroy(flag: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "provision", "destroy", "--sandbox", "pv-never-applied", flag],
+                              capture_output=True, text=True, cwd=ROOT,
+                              env=os.environ | {"PROVISION_STATE": str(tmp_path)}, stdin=subprocess.DEVNULL,
+                              timeout=120)
+
+    proc = destroy("--dry-run")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no apply on it is recorded" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # --check, --dry-run's old name: the same, after one line naming the new flag.
+    old = destroy("--check")
+    assert old.returncode == 2
+    assert old.stderr.strip().splitlines() == ["note: --check is now --dry-run; --check still works",
+                                               *proc.stderr.strip().splitlines()]
 
 
 def test_a_renamed_account_takes_the_old_accounts_directories_along_and_a_failed_apply_still_owns_what_it_made():

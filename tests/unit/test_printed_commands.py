@@ -114,13 +114,13 @@ def test_the_retry_line_after_a_failed_apply_runs_and_retries_the_failed_host(tm
     inventory.write_text("all:\n  hosts:\n    nowhere:\n      ansible_host: 127.0.0.1\n      ansible_port: 9\n"
                          "      ansible_user: admin\n")
     env = dict(os.environ) | {"PROVISION_STATE": str(tmp_path / "state")}
-    proc = _provision("apply", str(profile), "-i", str(inventory), "--skip-frameworks", "--yes", "--no-check", env=env)
+    proc = _provision("apply", str(profile), "-i", str(inventory), "--skip-frameworks", "--yes", "--skip-check", env=env)
     assert proc.returncode == 3, proc.stderr
     retry = re.search(r"^retry the hosts that did not succeed: (.*)$", proc.stderr, re.M)
     assert retry is not None, proc.stderr
     calls = _run_as_printed(retry.group(1), tmp_path, "provision")
     assert calls == [["provision", str(tmp_path), "apply", str(profile), "-i", str(inventory), "--skip-frameworks",
-                      "--no-check", "--yes", "--failed"]]
+                      "--skip-check", "--yes", "--failed"]]
     # And for real: the same line retries the host that failed, and only it.
     real = tmp_path / "real"
     real.mkdir()
@@ -130,3 +130,28 @@ def test_the_retry_line_after_a_failed_apply_runs_and_retries_the_failed_host(tm
                            env=env | {"PATH": f"{real}{os.pathsep}{os.environ['PATH']}"})
     assert again.returncode == 3, again.stderr
     assert re.search(r"^nowhere +unreachable", again.stderr, re.M), again.stderr
+
+
+def test_the_old_names_of_the_dry_run_and_of_skipping_the_checks_still_work_and_name_the_new_flags(tmp_path: Path):
+    """--check is --dry-run and --no-check is --skip-check (so that "check" means `provision check` only): the old
+    flags do what they did, each with one line naming its new flag, and what provision prints uses the new names."""
+    profile = _odd_profile(tmp_path)
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all:\n  hosts:\n    nowhere:\n      ansible_host: 127.0.0.1\n      ansible_port: 9\n"
+                         "      ansible_user: admin\n")
+    env = dict(os.environ) | {"PROVISION_STATE": str(tmp_path / "state")}
+    old = _provision("apply", str(profile), "-i", str(inventory), "--skip-frameworks", "--check", "--no-check", env=env)
+    new = _provision("apply", str(profile), "-i", str(inventory), "--skip-frameworks", "--dry-run", "--skip-check",
+                     env=env)
+    notes = ["note: --check is now --dry-run; --check still works",
+             "note: --no-check is now --skip-check; --no-check still works"]
+    assert [line for line in old.stderr.splitlines() if " is now " in line] == notes, old.stderr
+    assert not any(line in new.stderr for line in notes), new.stderr
+    # A dry run (no --yes needed: nothing changes) that reaches no host, either way, and the same retry line.
+    assert old.returncode == new.returncode == 3, old.stderr + new.stderr
+    retry = [re.search(r"^retry the hosts that did not succeed: (.*)$", p.stderr, re.M) for p in (old, new)]
+    assert retry[0] and retry[1] and retry[0].group(1) == retry[1].group(1)
+    assert "--skip-check" in retry[0].group(1) and "--no-check" not in retry[0].group(1)
+    help_text = _provision("apply", "--help").stdout
+    assert "--dry-run" in help_text and "--skip-check" in help_text
+    assert "--no-check" not in help_text and not re.search(r"--check\b", help_text)
