@@ -18,15 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from provision.compat import load_db
-
 PLAN = json.loads(open(os.environ["PROVISION_CHECK_PLAN"]).read())
 SKIP_FRAMEWORKS = os.environ.get("PROVISION_CHECK_SKIP_FRAMEWORKS") == "1"
 VENV = PLAN["python"]["venv"]
 USER = PLAN["user"]
-# Where the jupyter role keeps its token and what it names its unit (data/paths.yaml, the role's defaults).
-STATE_DIR = load_db().host_paths["jupyter_state_dir"].path
-SERVICE = load_db().host_units["jupyter"].name
+# Where the jupyter role keeps its token and what it names its unit: data/paths.yaml's jupyter_state_dir and jupyter
+# unit, the role's defaults (this file imports nothing else of provision; tests/unit/test_roles.py keeps them equal).
+STATE_DIR = "/var/lib/provision/jupyter"
+SERVICE = "provision-jupyter"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the one Ansible itself runs on the host (ansible_python_interpreter)
 HTTP_STATUS = (Path(__file__).parent / "http_status.py").read_text()
 HOST_PROBE = (Path(__file__).parent / "host_probe.py").read_text()

@@ -123,6 +123,17 @@ def test_owned_paths_are_the_roles_defaults(name: str, path: str, where: str) ->
     assert value == path or value.startswith(path.rstrip("/") + "/"), f"{where} is {value!r}, not under {path}"
 
 
+def test_the_checks_look_where_the_data_says() -> None:
+    """provision/checks (shipped alone, importing nothing of provision) names the Jupyter state directory and unit
+    as data/paths.yaml does."""
+    from provision.compat import load_db
+
+    db = load_db()
+    text = (REPO / "provision" / "checks" / "test_host.py").read_text()
+    assert f'STATE_DIR = "{db.host_paths["jupyter_state_dir"].path}"' in text
+    assert f'SERVICE = "{db.host_units["jupyter"].name}"' in text
+
+
 def test_every_owned_path_is_tied_to_a_role() -> None:
     from provision.compat import load_db
 
