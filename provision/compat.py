@@ -426,6 +426,7 @@ class CompatDB(BaseModel):
     installer: Installer | None = None  # uv (data/installer.yaml); None: the environments install with pip
     host_paths: dict[str, HostPath] = {}  # what provision owns on a host, by name (data/paths.yaml)
     host_units: dict[str, HostUnit] = {}
+    venv_files: dict[str, HostPath] = {}  # what the roles write in the environment, relative to it (data/paths.yaml)
 
     # --- look-ups -------------------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPU | None:
@@ -615,6 +616,7 @@ def _read_db(root: Path) -> CompatDB:
             installer=installer["uv"],
             host_paths=paths["paths"],
             host_units=paths["units"],
+            venv_files=paths["venv_files"],
         )
     except (OSError, KeyError, ValidationError) as exc:
         raise DataError(f"the compatibility database in {root} is broken: {exc}") from exc

@@ -166,15 +166,14 @@ ROLE_PREREQUISITES = ("acl", "python3-apt", "python3-packaging", "python3-venv",
 # distributions count instead), the verifier's reports, the record, the ledger and the lock (written on every apply),
 # the downloads' cache.
 FINGERPRINT_SKIP = ("verify_reports", "record", "ledger", "lock", "cache_dir")
-# The environment's files the roles write, read by the environment's account (roles/python_env, roles/jupyter).
-FINGERPRINT_VENV_FILES = ("pip.conf", "share/jupyter/kernels/python3/kernel.json",
-                          "share/jupyter/lab/settings/overrides.json", "etc/jupyter/labconfig/page_config.json")
 
 
 def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: bool = False) -> dict[str, Any]:
     """What the fast re-apply reads on a host (the fingerprint option of provision_preflight, which compares it, and of
     provision_facts, which reads it for the record) and what must match besides:
     the roles' inputs (key_vars, the rendered variables) and the roles' version."""
+    from provision.compat import load_db
+
     planned = ledger_planned(plan, skip_frameworks=skip_frameworks)
     at = host_paths()
     files = [*planned["paths"], at["lib_dir"]]
@@ -198,7 +197,9 @@ def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: b
         "skip": sorted(skip),
         "units": list(planned["units"]),
         "accounts": list(planned["accounts"]),
-        "venv": {"path": plan.python.venv, "owner": plan.user, "checksums": list(FINGERPRINT_VENV_FILES)},
+        # The environment's files the roles write (data/paths.yaml venv_files), read by the environment's account.
+        "venv": {"path": plan.python.venv, "owner": plan.user,
+                 "checksums": [row.path for row in load_db().venv_files.values()]},
         "key": {"vars": hashlib.sha256(json.dumps(key_vars, sort_keys=True, default=str).encode()).hexdigest()[:16],
                 "roles": roles_version()},
     }

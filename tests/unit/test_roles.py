@@ -104,7 +104,8 @@ def _owned() -> list[tuple[str, str, str]]:
     from provision.compat import load_db
 
     db = load_db()
-    rows = [(name, row.path, where) for name, row in db.host_paths.items() for where in row.roles]
+    rows = [(name, row.path, where) for table in (db.host_paths, db.venv_files) for name, row in table.items()
+            for where in row.roles]
     return rows + [(name, row.name, where) for name, row in db.host_units.items() for where in row.roles]
 
 
@@ -118,8 +119,9 @@ def test_owned_paths_are_the_roles_defaults(name: str, path: str, where: str) ->
         return
     values = {**load(ROLES_DIR / role / "defaults" / "main.yml"), **(load(ROLES_DIR / role / "vars" / "main.yml") or {})}
     value = str(values[rest])
-    if name == "jupyter_unit_file":  # the unit's file is named for the unit: the role's default service name
-        value = value.replace("{{ jupyter_service_name }}", values.get("jupyter_service_name", ""))
+    # Named for the role's default unit and kernel names.
+    value = value.replace("{{ jupyter_service_name }}", str(values.get("jupyter_service_name", "")))
+    value = value.replace("{{ jupyter_kernel_name }}", str(values.get("jupyter_kernel_name", "")))
     assert value == path or value.startswith(path.rstrip("/") + "/"), f"{where} is {value!r}, not under {path}"
 
 
@@ -138,7 +140,8 @@ def test_every_owned_path_is_tied_to_a_role() -> None:
     from provision.compat import load_db
 
     db = load_db()
-    assert db.host_paths and all(row.roles for row in [*db.host_paths.values(), *db.host_units.values()])
+    assert db.host_paths and db.venv_files
+    assert all(row.roles for row in [*db.host_paths.values(), *db.host_units.values(), *db.venv_files.values()])
 
 
 @pytest.mark.parametrize("role", ALL_ROLES)
