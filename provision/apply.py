@@ -179,7 +179,7 @@ def run_apply(found: Targets, display: ApplyDisplay, *, check: bool = False, dif
               become_password: str | None = None, vault_password_file: Path | None = None,
               full: bool = False, jupyter_password: str | None = None) -> ApplyOutcome:
     """Start the sandbox (if it is one), run the playbook on every host, then `provision check` on them unless
-    --no-check, --check or --tags say otherwise. full: every role on every host (no fast path). Exit: the
+    --skip-check, --dry-run or --tags say otherwise. full: every role on every host (no fast path). Exit: the
     playbook's (0 ok, 1 a host failed, 3 unreachable), then the checks' (1 red, 3 could not run)."""
     took: dict[str, float] = {"started": time.monotonic()}
     inventory = found.inventory

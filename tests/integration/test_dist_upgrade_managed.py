@@ -124,6 +124,6 @@ def test_the_dist_upgrade_leaves_the_managed_environment_as_it_was_built(host):
     assert out.stdout.split() == ["3.13", "/usr"], out.stdout + out.stderr
     assert sh(f"test -e {prefix}").returncode != 0, "the managed interpreter the plan no longer needs stayed"
     assert sh(f"cat {KEEP}").stdout == "mine\n"
-    again = apply(host, "debian-13", "--no-check")
+    again = apply(host, "debian-13", "--skip-check")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert changed(again.stdout) == 0, again.stdout[-3000:]
