@@ -521,14 +521,14 @@ def _build_cache(api: Any) -> dict[str, dict[str, Any]] | None:
     beyond a few tries, or an engine without the query)."""
     import docker.errors
 
-    for attempt in range(6):
+    for attempt in range(12):  # about 30 s of tries
         try:
             data = api._result(api._get(api._url("/system/df"), params={"type": "build-cache"}), json=True)
             return {str(b["ID"]): b for b in data.get("BuildCache") or []}
         except docker.errors.APIError as exc:  # "a disk usage operation is already running": another build's
             if "already running" not in str(exc):
                 return None
-            time.sleep(0.5 * (attempt + 1))
+            time.sleep(min(0.5 * (attempt + 1), 4.0))
     return None
 
 
