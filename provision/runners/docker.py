@@ -547,11 +547,18 @@ def drop_context_cache(api: Any, before: dict[str, dict[str, Any]] | None, progr
            and str(rec.get("Description") or "").startswith(CONTEXT_CACHE)]
     if not ids:
         return 0
-    try:
-        freed = int((api.prune_builds(filters={"id": ids}) or {}).get("SpaceReclaimed") or 0)
-    except docker.errors.APIError as exc:
-        progress(f"the build context's copy stays in the engine's build cache ({str(exc)[:120]})")
-        return 0
+    freed, failed = 0, ""
+    for record in ids:  # one at a time: the engine runs one prune at once, and refuses a second meanwhile
+        for attempt in range(12):  # about 30 s of tries while another prune (another build's) runs
+            try:
+                freed += int((api.prune_builds(filters={"id": [record]}) or {}).get("SpaceReclaimed") or 0)
+                break
+            except docker.errors.APIError as exc:
+                failed = str(exc.explanation or exc)[:160]
+                time.sleep(min(0.5 * (attempt + 1), 4.0))
+        else:
+            progress(f"the build context's copy stays in the engine's build cache ({failed})")
+            return freed
     progress(f"removed the build context's copy from the engine's build cache ({freed / 1e6:.0f} MB)")
     return freed
 
