@@ -510,18 +510,23 @@ def check_base_digest(plan: Plan, base: dict[str, Any]) -> str:
 
 
 # What BuildKit keeps of a build context sent as a tar to `POST /build`: the tar itself, fetched from a URL made up
-# for that one request (`http url http://build-context-<random>`), and the files unpacked from it (`fileop target`).
-# Neither can serve another build (the next request gets another URL), and no image shares them, but they stay in the
-# engine's build cache: 1-2 GB for an environment's wheels, each build (13.3 GB after one test run, 2026-11-27).
-CONTEXT_CACHE = ("http url http://build-context-", "fileop target")
+# for that one request (`http url http://build-context-<random>`), and the files copied out of it (`fileop target`,
+# the trace's "copy /context /"). Neither can serve another build (the next request gets another URL), and no image
+# shares them, but they stay in the engine's build cache: 1-2.5 GB for an environment's wheels, each build (13.3 GB
+# after one test run, 2026-11-27).
+CONTEXT_TAR = "http url http://build-context-"
+CONTEXT_COPY = "fileop target"
+# Below this a context's copy is not worth the listing (on Docker 20.10, API 1.41, the engine answers a build-cache
+# listing with its whole disk usage: 9-20 s here, one at a time): the runtime stage's few kB, a Dockerfile alone.
+CONTEXT_DROP_BYTES = 64 << 20
 
 
 def _build_cache(api: Any) -> dict[str, dict[str, Any]] | None:
-    """The engine's build-cache records by ID, or None where it cannot say (another disk-usage query is running
-    beyond a few tries, or an engine without the query)."""
+    """The engine's build-cache records by ID, or None where it cannot say (another disk-usage query kept it busy for
+    a minute, or an engine without the query)."""
     import docker.errors
 
-    for attempt in range(12):  # about 30 s of tries
+    for attempt in range(20):  # about a minute of tries: the engine runs one disk-usage query at a time
         try:
             data = api._result(api._get(api._url("/system/df"), params={"type": "build-cache"}), json=True)
             return {str(b["ID"]): b for b in data.get("BuildCache") or []}
@@ -532,26 +537,36 @@ def _build_cache(api: Any) -> dict[str, dict[str, Any]] | None:
     return None
 
 
-def drop_context_cache(api: Any, before: dict[str, dict[str, Any]] | None, progress: Progress) -> int:
-    """Remove the build-cache records of the contexts sent since `before` (CONTEXT_CACHE: records no image shares,
-    none in use, that no later build can use), by their IDs alone; the layers and every other record stay. Returns
-    the bytes freed. A failure here costs disk only, never the build: it is said and left."""
+def _created(record: dict[str, Any]) -> float:
+    """A record's CreatedAt (RFC 3339, nanoseconds) as seconds since the epoch; 0 where it cannot be read."""
+    import datetime
+
+    stamp = re.sub(r"(\.\d{6})\d*", r"\1", str(record.get("CreatedAt") or "")).replace("Z", "+00:00")
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def drop_context_cache(api: Any, since: float, progress: Progress) -> int:
+    """After a build: remove the build-cache records of contexts sent as tars (CONTEXT_TAR: no build can use one
+    again, whoever sent it) and the unshared copies made out of them since `since` (CONTEXT_COPY, time.time() when
+    this build began, less a few seconds), none in use, by their IDs alone; the layers and every other record stay.
+    Returns the bytes freed. A failure here costs disk only, never the build: it is said and left."""
     import docker.errors
 
-    if before is None:
+    records = _build_cache(api)
+    if records is None:
+        progress("the build context's copy stays in the engine's build cache (the engine was too busy to list it)")
         return 0
-    after = _build_cache(api)
-    if after is None:
-        return 0
-    ids = [i for i, rec in after.items() if i not in before and not rec.get("Shared") and not rec.get("InUse")
-           and str(rec.get("Description") or "").startswith(CONTEXT_CACHE)]
-    if not ids:
-        return 0
+    ids = [i for i, rec in records.items() if not rec.get("Shared") and not rec.get("InUse") and (
+        str(rec.get("Description") or "").startswith(CONTEXT_TAR)
+        or (rec.get("Description") == CONTEXT_COPY and _created(rec) >= since))]
     freed, failed = 0, ""
-    for record in ids:  # one at a time: the engine runs one prune at once, and refuses a second meanwhile
+    for record in ids:  # one at a time: the engine takes one value per filter, and one prune at once
         for attempt in range(12):  # about 30 s of tries while another prune (another build's) runs
             try:
-                freed += int((api.prune_builds(filters={"id": [record]}) or {}).get("SpaceReclaimed") or 0)
+                freed += int((api.prune_builds(filters={"id": record}) or {}).get("SpaceReclaimed") or 0)
                 break
             except docker.errors.APIError as exc:
                 failed = str(exc.explanation or exc)[:160]
@@ -561,6 +576,10 @@ def drop_context_cache(api: Any, before: dict[str, dict[str, Any]] | None, progr
             return freed
     progress(f"removed the build context's copy from the engine's build cache ({freed / 1e6:.0f} MB)")
     return freed
+
+
+def _context_bytes(ctx: Path) -> int:
+    return sum(f.stat().st_size for f in ctx.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def stream_build(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str | None, progress: Progress,
@@ -586,7 +605,7 @@ def stream_build(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str
     if labels:  # set on the image as LABEL lines would be (BuildKit's label:<key> frontend options)
         params["labels"] = json.dumps(labels)
     progress(f"building {tag}")
-    before = _build_cache(api)
+    since = time.time() - 5  # the engine's clock may lag this one's a little; a remote engine's more (see drop_...)
     try:
         with _context_tar(ctx) as context:
             response = api._post(api._url("/build"), params=params, data=context, stream=True, timeout=None,
@@ -612,7 +631,8 @@ def stream_build(api: Any, ctx: Path, tag: str, *, no_cache: bool, platform: str
     except docker.errors.APIError as exc:
         raise RunnerError(f"building {tag}: the Docker engine refused the build: {exc.explanation or exc}") from None
     finally:
-        drop_context_cache(api, before, progress)
+        if _context_bytes(ctx) >= CONTEXT_DROP_BYTES:
+            drop_context_cache(api, since, progress)
     steps = [v for v in trace.steps if not v.name.split("] ", 1)[-1].startswith("FROM ")]
     cached = sum(1 for v in steps if v.cached)
     return cached, len(steps) - cached
