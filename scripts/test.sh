@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PROVISION_REQUIRE_DOCKER=1   # Docker tests must run here, never skip
 export PATH="$PWD/.venv/bin:$PATH"
+# When the session began, for every worker: the build cache it made is removed with its images (tests/support/images.py).
+export PROVISION_TEST_SESSION_START="${PROVISION_TEST_SESSION_START:-$(date +%s)}"
 # Side by side in PROVISION_TEST_WORKERS processes (default 3: most of the time is spent waiting on apt, pip, SSH and
 # Docker, which overlap even on 2 cores). A module's tests stay on one worker, with the modules that share its host
 # (tests/conftest.py); the longest groups start first. PROVISION_TEST_WORKERS=0: one process, in file order.

@@ -1,13 +1,35 @@
 """Images a test built, removed when it is done with them: an environment image is 2-4 GB, and a whole test run
 built a dozen (60 GB of a CI machine's disk, which ran out on 2026-11-27). Only the tags a test names: never an image
-another test, on another worker, may be building from."""
+another test, on another worker, may be building from.
+
+Removing an image does not free its layers: BuildKit keeps them as build-cache records, now shared with no image
+(2026-11-27: 14 GB of them in the middle of a run). So the records this test session made that no image shares and
+no build uses go too, by ID, never one from before the session (a developer's own build cache stays)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
+
+import docker.errors
+
+from provision.runners import docker as runner
+
+# When this test session began: scripts/test.sh exports it for every worker; a lone pytest takes its own start.
+SESSION_START = float(os.environ.setdefault("PROVISION_TEST_SESSION_START", str(time.time())))
 
 
 def remove_images(*tags: str) -> None:
-    """`docker image rm` each tag given (empty ones skipped); an image still in use, or gone already, is left."""
+    """`docker image rm` each tag given (empty ones skipped; one still in use, or gone already, is left), then the
+    build-cache records this session made that no image shares and no build uses."""
     for tag in filter(None, tags):
         subprocess.run(["docker", "image", "rm", tag], capture_output=True, timeout=300)
+    api = runner.connect()
+    records = runner._build_cache(api) or {}
+    for record_id, rec in records.items():
+        if not rec.get("Shared") and not rec.get("InUse") and runner._created(rec) >= SESSION_START - 5:
+            try:
+                api.prune_builds(filters={"id": record_id})
+            except docker.errors.APIError:  # another prune at once (another worker's): disk only, the next takes it
+                continue
