@@ -19,10 +19,10 @@ if [ "$workers" != 0 ]; then
 fi
 # The disk's room before and after, for a run that fails for want of it (CI's of 2026-11-27 did: "[Errno 28] No space
 # left on device"; a whole run from a fresh machine peaks at about 30 GB, docs/testing.md).
-free() { df -B1G --output=avail "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /)" . 2>/dev/null |
+free_disk() { df -B1G --output=avail "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /)" . 2>/dev/null |
          awk 'NR>1 {printf "%s%s GB", sep, $1; sep=", "}'; }
-echo "test.sh: free disk before the tests (Docker's root, this checkout): $(free)"
+echo "test.sh: free disk before the tests (Docker's root, this checkout): $(free_disk)"
 rc=0
 .venv/bin/python -m pytest "${parallel[@]}" "$@" || rc=$?
-echo "test.sh: free disk after the tests: $(free)"
+echo "test.sh: free disk after the tests: $(free_disk)"
 exit "$rc"

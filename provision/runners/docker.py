@@ -549,9 +549,10 @@ def _created(record: dict[str, Any]) -> float:
 
 
 def drop_context_cache(api: Any, since: float, progress: Progress) -> int:
-    """After a build: remove the build-cache records of contexts sent as tars (CONTEXT_TAR: no build can use one
-    again, whoever sent it) and the unshared copies made out of them since `since` (CONTEXT_COPY, time.time() when
-    this build began, less a few seconds), none in use, by their IDs alone; the layers and every other record stay.
+    """After a build: remove the build-cache records of contexts sent as tars since `since` (CONTEXT_TAR: no build
+    can use one again) and the unshared copies made out of them (CONTEXT_COPY), none in use, made since this build
+    began (`since`: time.time() then, less a few seconds), by their IDs alone; the layers, every other record and
+    whatever was there before this build stay.
     Returns the bytes freed. A failure here costs disk only, never the build: it is said and left."""
     import docker.errors
 
@@ -559,9 +560,9 @@ def drop_context_cache(api: Any, since: float, progress: Progress) -> int:
     if records is None:
         progress("the build context's copy stays in the engine's build cache (the engine was too busy to list it)")
         return 0
-    ids = [i for i, rec in records.items() if not rec.get("Shared") and not rec.get("InUse") and (
-        str(rec.get("Description") or "").startswith(CONTEXT_TAR)
-        or (rec.get("Description") == CONTEXT_COPY and _created(rec) >= since))]
+    ids = [i for i, rec in records.items() if not rec.get("Shared") and not rec.get("InUse")
+           and _created(rec) >= since and (str(rec.get("Description") or "").startswith(CONTEXT_TAR)
+                                           or rec.get("Description") == CONTEXT_COPY)]
     freed, failed = 0, ""
     for record in ids:  # one at a time: the engine takes one value per filter, and one prune at once
         for attempt in range(12):  # about 30 s of tries while another prune (another build's) runs
