@@ -24,7 +24,7 @@ from pin_matrix import releases  # noqa: E402  (bench/: the pinned torch and Ten
 
 from provision.compat import load_db  # noqa: E402
 from provision.errors import ProvisionError  # noqa: E402
-from provision.pipeline import plan_for  # noqa: E402
+from provision.pipeline.plan import plan_for  # noqa: E402
 
 OSES = (("debian", "12"), ("debian", "13"))
 ARCHES = ("Blackwell", "Hopper")

@@ -117,7 +117,7 @@ def sha256(path: Path) -> str:
 def requirement_set(name: str) -> list[str]:
     if name == "torch":
         return list(TORCH)
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
 
     plan = plan_for(str(ROOT / "profiles/deskmini.yaml"), os_override=f"debian-{RELEASE}", indexes={"pytorch": False})
     return plan.pip_requirements(frameworks=False, default_index_only=True)

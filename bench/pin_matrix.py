@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from provision.compat import load_db  # noqa: E402
 from provision.errors import ProvisionError  # noqa: E402
-from provision.pipeline import plan_for  # noqa: E402
+from provision.pipeline.plan import plan_for  # noqa: E402
 from provision.versions import V  # noqa: E402
 
 OSES = (("ubuntu", "22.04"), ("ubuntu", "24.04"), ("debian", "12"), ("debian", "13"))

@@ -83,8 +83,8 @@ class StateError(RunnerError):
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """An exclusive flock on `directory`/.lock for the time of one write: two writers of one host's record (two
-    provision processes, two threads) take turns. Short-lived and blocking, unlike the apply locks of provision.fleet,
-    which refuse a second apply: this one only orders writes."""
+    provision processes, two threads) take turns. Short-lived and blocking, unlike the apply locks of
+    provision.pipeline.preflight.locks, which refuse a second apply: this one only orders writes."""
     with _flock(directory / LOCK_NAME):
         yield
 

@@ -1,5 +1,5 @@
-"""Render, apply, check: a plan onto hosts (provision.render, provision.apply, provision.fleet) and what the terminal
-shows while it runs."""
+"""Render, apply, check: a plan onto hosts (provision.render, provision.apply and its stages in provision/pipeline/)
+and what the terminal shows while it runs."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ from provision.cli.common import (
     renamed_flag,
 )
 from provision.errors import EXIT_OK, UsageError
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.procs import guarded
 from provision.report import plan_text
 
-# --- apply, render, check (provision.render, provision.runners.ansible, provision.check) ------------------------
+# --- apply, render, check (provision.render, provision.apply, provision.pipeline) ---------------------------------
 # APPLY-COMMANDS
 InventoryOpt = Annotated[Path | None, typer.Option("--inventory", "-i", help="Ansible inventory of the hosts to provision.")]
 SandboxOpt = Annotated[
@@ -150,24 +150,25 @@ def apply(
     found what would make the plan fail; docs/hosts.md), 3 a host was
     unreachable, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
-    from provision.apply import run_apply, targets
+    from provision.apply import run_apply
+    from provision.pipeline.preflight import preflight
+    from provision.pipeline.targets import targets
 
     check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
     no_check = renamed_flag(old_no_check, "--no-check", "--skip-check") or skip_check
     found = targets(profile, inventory, sandbox, os_override, limit, failed, vault_password_file=vault_password_file,
-                    indexes=index_overrides(index, python_mirror), require_password=not ask_jupyter_pass)
+                    indexes=index_overrides(index, python_mirror))
     if not found.groups:
         out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
         return
+    pre = preflight(found, require_password=not ask_jupyter_pass)
     for group in found.groups:
         if len(found.groups) > 1:
             out.print(f"== {group.profile}" + (f" --os {group.os}" if group.os else "") + f": {', '.join(group.hosts)}",
                       markup=False)
         for line in plan_text(group.plan):
             out.print(line, markup=False)
-    from provision.runners.ansible import host_key_warnings
-
-    for line in host_key_warnings({h: g.hostvars.get(h, {}) for g in found.groups for h in g.hosts}):
+    for line in pre.warnings:
         err.print(line, markup=False)
     if check or diff:
         for group in found.groups:
@@ -178,7 +179,7 @@ def apply(
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None
     jupyter_password = _jupyter_password() if ask_jupyter_pass else None
-    outcome = run_apply(found, _ApplyDisplay(check=check, skip_frameworks=skip_frameworks, timings=timings,
+    outcome = run_apply(found, pre, _ApplyDisplay(check=check, skip_frameworks=skip_frameworks, timings=timings,
                                              frameworks=any(g.plan.frameworks for g in found.groups)),
                         check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks, no_check=no_check,
                         become_password=become_password, vault_password_file=vault_password_file, full=full,
@@ -186,7 +187,7 @@ def apply(
     if outcome.check_skipped:
         out.print(f"check skipped: {outcome.check_skipped}", markup=False)
     if not check:
-        _print_ready(found.groups, outcome, skip_frameworks=skip_frameworks)
+        _print_ready(found, outcome, skip_frameworks=skip_frameworks)
     if outcome.fleet.exit_code != EXIT_OK:
         retry = ["provision", "apply", *([str(profile)] if profile else []), "-i", str(inventory),
                  *(["--os", os_override] if os_override else []), *(["--skip-frameworks"] if skip_frameworks else []),
@@ -268,13 +269,12 @@ class _ApplyDisplay:
 
 
 
-def _print_ready(groups: list[Any], outcome: Any, *, skip_frameworks: bool) -> None:
-    """The block a person reads after an apply, last on the screen (provision.apply.ready_blocks), then how long
-    each phase took."""
-    from provision.apply import ready_blocks
+def _print_ready(found: Any, outcome: Any, *, skip_frameworks: bool) -> None:
+    """The block a person reads after an apply, last on the screen (provision.apply.ready: stage connect, then the
+    report's blocks), then how long each phase took."""
+    from provision.apply import ready
 
-    blocks, shown_token = ready_blocks(groups, outcome.fleet, outcome.inventory, outcome.codes,
-                                       skip_frameworks=skip_frameworks, tokens=outcome.tokens)
+    blocks, shown_token = ready(found, outcome, skip_frameworks=skip_frameworks)
     if not blocks:
         return
     out.print("", markup=False)
@@ -297,7 +297,7 @@ def print_apply_summary(fleet: Any, *, check: bool, out: Any, err: Any) -> None:
     width with an indent; elsewhere (logs, pipes) each stays one line, whole, for grep."""
     from rich.table import Table
 
-    from provision.fleet import summary_lines, summary_rows
+    from provision.pipeline.report import summary_lines, summary_rows
 
     rows = summary_rows(fleet, check=check)
     headers = ("host", "profile", "result", "changed", "step / verify")
@@ -338,15 +338,13 @@ def check_hosts_cmd(
     """Check hosts against their plans with testinfra: packages, environment, Jupyter (exit 0 green, 1 red, 3 cannot run).
 
     Without PROFILE each host is checked against the plan and options its last `provision apply` recorded here."""
-    from provision.apply import check_run_targets, checks_exit_code
-    from provision.fleet import check_hosts
+    from provision.pipeline.check import check_hosts, checks_exit_code
+    from provision.pipeline.preflight import preflight
+    from provision.pipeline.targets import check_run_targets
 
     found = check_run_targets(profile, inventory, sandbox, os_override, limit, vault_password_file=vault_password_file)
-    from provision.runners.ansible import host_key_warnings
-
     # As the apply says it; testinfra's ssh takes the inventory's StrictHostKeyChecking as given (no Mitogen)
-    for line in host_key_warnings({h: g.hostvars.get(h, {}) for g in found.groups for h in g.hosts if h in found.hosts},
-                                  mitogen=False):
+    for line in preflight(found, require_password=False, playbook=False).warnings:
         err.print(line, markup=False)
     become_password = _become_password() if ask_become_pass else None
     codes = check_hosts(found.groups, found.inventory, found.hosts, skip_frameworks=skip_frameworks,

@@ -19,7 +19,7 @@ from provision.cli.common import (
     out,
     print_json,
 )
-from provision.pipeline import plan_from
+from provision.pipeline.plan import plan_from
 
 # --- docker image (provision.render.docker, provision.runners.docker) -------------------------------------------
 # BUILD-COMMANDS

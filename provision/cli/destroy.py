@@ -46,9 +46,9 @@ def destroy(
 
     Exit 0 done, 1 a host failed, 2 refused, 3 unreachable.
     """
-    from provision import tunnel
-    from provision.apply import targets
-    from provision.fleet import apply_groups
+    from provision.apply import destroy as run_destroy
+    from provision.pipeline.preflight import preflight
+    from provision.pipeline.targets import targets
 
     check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
 
@@ -59,10 +59,10 @@ def destroy(
                              "applied with")
         profile = Path(record["profile"])
         os_override = os_override or record.get("os")
-    found = targets(profile, inventory, sandbox, os_override, limit, False, vault_password_file=vault_password_file,
-                    require_password=False)
+    found = targets(profile, inventory, sandbox, os_override, limit, False, vault_password_file=vault_password_file)
     if sandbox and not found.hosts:
         raise UsageError(f"destroy --sandbox {sandbox}: no such sandbox")
+    pre = preflight(found, require_password=False)
     for host in found.hosts:
         lines = ledger_change_lines(None, host, skip_frameworks=False)
         for line in lines or ["no ledger on the controller: the host's own ledger says what goes"]:
@@ -70,18 +70,9 @@ def destroy(
     if not yes and not check:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None
-    inv = found.inventory
-    if found.sandbox:
-        from provision import sandbox as sandboxes
-
-        if not sandboxes.is_running(found.sandbox):
-            raise UsageError(f"destroy --sandbox {found.sandbox}: the sandbox is not running")
-        inv = sandboxes.inventory([found.sandbox])
-    fleet = apply_groups(found.groups, inv, found.key, check=check, destroy=True, purge_home=purge_home,
-                         become_password=become_password, vault_password_file=vault_password_file)
+    fleet = run_destroy(found, pre, check=check, purge_home=purge_home, become_password=become_password,
+                        vault_password_file=vault_password_file)
     for host, result in sorted(fleet.hosts.items()):
-        if result.result == "ok" and not check:
-            tunnel.stop(host)
         verb = "would remove" if check else "destroyed" if result.result == "ok" else "not destroyed"
         out.print(f"{host}: {verb}: {result.result} "
                   f"(changed={result.changed}){(' ' + result.message) if result.message else ''}", markup=False)

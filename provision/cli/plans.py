@@ -27,7 +27,7 @@ from provision.drift import host_differences, plan_differences
 from provision.errors import EXIT_FAILED, Problem, ProfileError, UsageError
 from provision.loader import load_profile
 from provision.models import Profile
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.report import gpu_rows, plan_json, plan_text
 from provision.resolver import resolve
 

@@ -269,9 +269,9 @@ def installer_vars(plan: Plan, fetched: tuple[str, str] | None = None) -> dict[s
 
 
 def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | None = None,
-                 full: str = "", partial: bool = False, interpreter: tuple[str, str] | None = None,
+                 full_reason: str = "", partial: bool = False, interpreter: tuple[str, str] | None = None,
                  installer: tuple[str, str] | None = None) -> dict[str, Any]:
-    """Each role's inputs (names from its meta/argument_specs.yml), all taken from the Plan. full: why every host
+    """Each role's inputs (names from its meta/argument_specs.yml), all taken from the Plan. full_reason: why every host
     takes the full path ("" lets a host that matches its last converged apply take the fast one); partial: the run
     applies part of the plan (--tags), so the record keeps no fingerprint."""
     venv, user = plan.python.venv, plan.user
@@ -372,8 +372,8 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
     fingerprint = fingerprint_vars(plan, {k: v for k, v in out.items() if k != "gpu_verify_source"},
                                    skip_frameworks=skip_frameworks)
     out["preflight_fingerprint"] = fingerprint
-    out["preflight_fast_reapply"] = not full
-    out["preflight_full_reason"] = full or "the fast path was not asked for"
+    out["preflight_fast_reapply"] = not full_reason
+    out["preflight_full_reason"] = full_reason or "the fast path was not asked for"
     out["host_record_fingerprint"] = fingerprint
     out["host_record_fingerprint_save"] = not partial
     if fetch_dir:
@@ -513,7 +513,7 @@ def preflight_play(plan: Plan, hosts: str | list[str] = "all", vars_file: str = 
 def gate_play(hosts: str | list[str], lock: dict[str, Any] | None = None) -> dict[str, Any]:
     """After every group's preflight: when any host was refused, every other host of the run stops too. Then each
     host's apply lock is taken (plugins/modules/provision_lock.py); lock: {"holder": who takes it, "live_tokens":
-    the runs still going on that controller}, as provision.fleet says (a rendered playbook run by hand: the lock
+    the runs still going on that controller}, as provision.pipeline.render.lock_holder says (a rendered playbook run by hand: the lock
     module makes a token of its own)."""
     return {
         "name": "Preflight gate: change every host or none",
@@ -553,13 +553,13 @@ def render_ansible(plan: Plan, out_dir: str | Path, *, inventory: dict[str, Any]
 
 def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path, *,
                  inventory: dict[str, Any] | str | Path | None = None, skip_frameworks: bool = False,
-                 destroy: bool = False, purge_home: bool = False, full: str = "",
+                 destroy: bool = False, purge_home: bool = False, full_reason: str = "",
                  partial: bool = False, interpreters: dict[str, tuple[str, str]] | None = None,
                  lock: dict[str, Any] | None = None) -> dict[str, Path]:
     """One play per (plan, hosts) group, in one playbook: Ansible runs every host in parallel, each with its own
     profile's variables. hosts None means every host in the inventory (a single plan). With one group the files are
     site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group.
-    full: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars); interpreters: the managed
+    full_reason: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars); interpreters: the managed
     interpreters' archives and the installer's wheel apply fetched and checked, {file name: (path on the controller,
     sha256)}; lock: who takes each host's apply lock (gate_play)."""
     out = Path(out_dir).resolve()
@@ -578,7 +578,7 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel, destroy=destroy)
         fetched = (interpreters or {}).get(plan.python.managed.archive) if plan.python.managed else None
         uv = (interpreters or {}).get(plan.python.installer.wheel) if plan.python.installer else None
-        role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"), full=full,
+        role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"), full_reason=full_reason,
                                  partial=partial, interpreter=fetched, installer=uv)
         if destroy:
             role_vars |= {"ledger_destroy": True, "ledger_purge_home": purge_home}

@@ -19,7 +19,7 @@ from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.models import Plan
 from provision.render.ansible import render_ansible
-from provision.runners.ansible import NO_HOST_KEY_CHECKING, host_key_checking_off, host_key_refusal
+from provision.ssh import NO_HOST_KEY_CHECKING, host_key_checking_off, host_key_refusal
 
 # Inventory variables that hold a password. testinfra's own connections cannot use them without exposing them (an SSH
 # password goes to `sshpass -p` on a command line) or at all (a become password: its `sudo` has no way to answer a

@@ -19,7 +19,7 @@ def expectations(profile: Path | None, os_override: str | None = None) -> Expect
     """From the profile's Plan when given, else nothing (the detected device is the expectation)."""
     if profile is None:
         return Expect(source="device")
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
 
     plan = plan_for(str(profile), os_override=os_override)
     return Expect.from_plan(plan)

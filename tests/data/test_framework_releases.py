@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from provision.compat import load_db
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.resources import share_dir
 from provision.versions import V
 

@@ -19,7 +19,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision import sandbox
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.resources import COLLECTION
 from tests.support.names import sandbox_name
 

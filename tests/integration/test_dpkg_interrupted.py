@@ -48,12 +48,12 @@ def apply(env: dict, *extra: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     from provision import sandbox
-    from provision.apply import ensure_sandbox
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
+    from provision.pipeline.run import start_sandbox
 
     env = os.environ | {"PROVISION_STATE": str(tmp_path_factory.mktemp("dpkg") / "state")}
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
-    ensure_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME, start=True)
+    start_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME)
     snapshot = dict(line.split("\t") for line in sh(
         "dpkg-query -W -f '${Package}\\t${Version}\\n'").stdout.splitlines())
     assert "python3-apt" not in snapshot, "the base image already has python3-apt: not a stock host"

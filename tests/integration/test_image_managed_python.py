@@ -35,7 +35,7 @@ from support.standin_python import standin_archive_bytes_tampered, standin_mirro
 
 from provision.errors import RunFailed
 from provision.models import Plan
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.render.docker import pin_python_archive, render_dockerfile, with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image

@@ -52,8 +52,8 @@ def changed(stdout: str) -> int:
 def host(tmp_path_factory):
     """A stock Debian 13 host; the profile pinning torch 2.1.2; the stand-in mirror."""
     from provision import sandbox
-    from provision.apply import ensure_sandbox
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
+    from provision.pipeline.run import start_sandbox
 
     tmp = tmp_path_factory.mktemp("managed")
     env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
@@ -64,7 +64,7 @@ def host(tmp_path_factory):
     assert plan.python.source == "managed" and plan.python.version == "3.11", plan.python
     mirror = standin_mirror(plan.python.managed.archive)
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
-    ensure_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME, start=True)
+    start_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME)
     yield {"env": env, "pinned": str(pinned), "plan": plan, "mirror": mirror, "tmp": tmp}
     sandbox.remove(NAME)
 

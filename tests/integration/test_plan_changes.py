@@ -82,8 +82,8 @@ def snapshot() -> dict:
 def host(tmp_path_factory):
     """A stock host, started and snapshotted before any apply; the profile without frameworks beside it."""
     from provision import sandbox
-    from provision.apply import ensure_sandbox
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
+    from provision.pipeline.run import start_sandbox
 
     tmp = tmp_path_factory.mktemp("changes")
     env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
@@ -95,7 +95,7 @@ def host(tmp_path_factory):
     no_jupyter.write_text(PROFILE.read_text().replace("jupyter: {port: 8888,", "jupyter: {enabled: false, port: 8888,"))
     assert "enabled: false" in no_jupyter.read_text()
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
-    ensure_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME, start=True)
+    start_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME)
     stock = snapshot()
     renamed = tmp / "deskmini-ada.yaml"
     renamed.write_text(PROFILE.read_text().replace("  user: ml\n", "  user: ada\n"))

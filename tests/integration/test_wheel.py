@@ -53,7 +53,7 @@ def test_installed_wheel_plans_from_anywhere(wheel, tmp_path):
     code = (
         "import provision, sys; from provision.resources import share_dir; "
         "assert '_share' in str(share_dir('profiles')), share_dir('profiles'); "
-        "from provision.pipeline import plan_for; "
+        "from provision.pipeline.plan import plan_for; "
         "print(plan_for(share_dir('profiles') / 'aws-p2.yaml').driver.branch); "
         # The ledger's rules, imported from the wheel's collection as the hosts import them.
         "from provision.ledger import ledger_module; "

@@ -146,7 +146,7 @@ HAND_BUILT = {"deskmini": deskmini, "aws-p2": aws_p2, "jetson-orin-nano": jetson
 
 def real_plan(profile: str, os_override: str | None = None) -> Plan:
     """The resolver's plan for the shipped profiles/<profile>.yaml."""
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
     from provision.resources import share_dir
 
     return plan_for(str(share_dir("profiles") / f"{profile}.yaml"), os_override=os_override)

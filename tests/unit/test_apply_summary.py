@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from provision.apply import checks_exit_code, targets
 from provision.cli import print_apply_summary
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
-from provision.fleet import FleetResult, HostResult, assign, profile_label, summary_rows
+from provision.pipeline.check import checks_exit_code
+from provision.pipeline.events import FleetResult, HostResult
+from provision.pipeline.report import summary_rows
+from provision.pipeline.targets import assign, profile_label, targets
 from provision.resources import share_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,15 +107,17 @@ def test_a_shipped_profile_is_shown_by_the_name_the_user_wrote(tmp_path: Path) -
 def test_the_jupyter_hint_is_the_exact_tunnel_over_the_inventorys_ssh_settings():
     import shlex
 
-    from provision.apply import host_summaries
-    from provision.pipeline import plan_for
+    from provision.pipeline.connect import host_summaries
+    from provision.pipeline.plan import plan_for
 
     plan = plan_for(ROOT / "profiles/deskmini.yaml", os_override="debian-13")
     hostvars = {"lab-1": {"ansible_host": "127.0.0.1", "ansible_port": 40022, "ansible_user": "admin",
                           "ansible_ssh_private_key_file": "/keys/id ed25519",
                           "ansible_ssh_common_args": "-o UserKnownHostsFile=/kh -o StrictHostKeyChecking=yes"},
                 "lab-2": {"ansible_connection": "docker"}}
-    lines = host_summaries(plan, ["lab-1", "lab-2"], hostvars)
+    from provision.ssh import host_keys
+
+    lines = host_summaries(plan, ["lab-1", "lab-2"], host_keys(hostvars, mitogen=False))
     one = lines[0].removeprefix("lab-1: jupyter: ")
     assert one.startswith("http://127.0.0.1:8888/lab after `")
     tunnel = shlex.split(one.split("`")[1])

@@ -17,9 +17,9 @@ import pytest
 
 from provision import state
 from provision.errors import UsageError
-from provision.fleet import check_groups, check_targets, inventory_hostvars
 from provision.models import Plan
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
+from provision.pipeline.targets import check_groups, check_targets, inventory_hostvars
 from provision.runners.testinfra import check_target, run_check
 
 ROOT = Path(__file__).resolve().parents[2]

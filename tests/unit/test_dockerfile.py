@@ -376,7 +376,7 @@ def test_account_name_that_is_not_safe_is_refused(user: str) -> None:
 def test_the_frameworks_label_names_jax_by_its_extra_not_a_local_version(tmp_path: Path) -> None:
     """jax's CUDA builds are extras of one release (jax[cuda13]==0.12.0.1): `jax==0.12.0.1+cuda13` names no release
     pip could install. torch's variants stay local version labels (torch==2.0.1+cu117)."""
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
     from provision.resources import share_dir
 
     text = (share_dir("profiles") / "h100.yaml").read_text().replace("- name: pytorch", "- name: jax")

@@ -256,7 +256,7 @@ def test_the_h200_of_the_gpu_run_gets_the_torch_it_has(tmp_path: Path) -> None:
     text = out.read_text()
     assert "# software.frameworks: pytorch (found torch 2.11.0+cu130 in /opt/torch/.venv/bin/python3)." in text
     assert [f.name for f in _load(out).software.frameworks] == ["pytorch"]
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
     from provision.render.docker import render_dockerfile
 
     plan = plan_for(out)

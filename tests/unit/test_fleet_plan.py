@@ -14,8 +14,9 @@ import pytest
 from provision import state
 from provision.drift import host_differences, pinned_wheels, plan_differences
 from provision.errors import IncompatibleError, UsageError
-from provision.fleet import assign, forks_for, inventory_hostvars
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
+from provision.pipeline.run import forks_for
+from provision.pipeline.targets import assign, inventory_hostvars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,17 +148,20 @@ def test_diff_names_plan_and_host_differences() -> None:
 
 def test_a_password_login_without_a_password_in_the_inventory_is_refused_before_any_host(tmp_path):
     from provision.errors import UsageError
-    from provision.fleet import assign
+    from provision.pipeline.preflight import require_secrets
 
     text = (Path(__file__).resolve().parents[2] / "profiles/deskmini.yaml").read_text()
     profile = tmp_path / "pw.yaml"
     profile.write_text(text.replace("auth: token", "auth: password"))
+    inv = tmp_path / "hosts.yml"
     with pytest.raises(UsageError, match=r"host\(s\) lab-2: jupyter.auth is 'password' and no jupyter_password"):
-        assign({"lab-1": {"jupyter_password": "vaulted"}, "lab-2": {}}, profile, "debian-13", None)
+        require_secrets(assign({"lab-1": {"jupyter_password": "vaulted"}, "lab-2": {}}, profile, "debian-13", None), inv)
     groups = assign({"lab-1": {"jupyter_password": "vaulted"}}, profile, "debian-13", None)
+    require_secrets(groups, inv)
     assert groups[0].plan.jupyter.auth == "password"
     # A sandbox has no inventory: --ask-jupyter-pass is the way, and the refusal says so.
     with pytest.raises(UsageError, match=r"^the sandbox: host\(s\) box: .* give it with --ask-jupyter-pass, or use"):
-        assign({"box": {}}, profile, "debian-13", None)
-    # Given at the prompt (apply --ask-jupyter-pass), or not needed (check, destroy): not asked of the inventory.
-    assert assign({"box": {}}, profile, "debian-13", None, require_password=False)[0].hosts == ["box"]
+        require_secrets(assign({"box": {}}, profile, "debian-13", None), None)
+    # Grouping asks nothing: given at the prompt (apply --ask-jupyter-pass), or not needed (check, destroy), the
+    # preflight is told not to ask it of the inventory.
+    assert assign({"box": {}}, profile, "debian-13", None)[0].hosts == ["box"]

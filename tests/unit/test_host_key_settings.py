@@ -1,4 +1,4 @@
-"""The user's SSH host key settings, read as ansible-playbook reads them (provision.runners.ansible): the host's
+"""The user's SSH host key settings, read as ansible-playbook reads them (provision.ssh): the host's
 variables over ANSIBLE_HOST_KEY_CHECKING over ansible.cfg, and StrictHostKeyChecking in the ssh arguments, the first
 one given winning as in ssh. End to end over SSH: tests/integration/test_ssh_hosts.py."""
 
@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from provision.apply import ssh_command
-from provision.runners import ansible as runner
+from provision import ssh
+from provision.ssh import ssh_command
 
 
 @pytest.fixture(autouse=True)
 def _fresh_config(monkeypatch):
     monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
-    runner.configured_host_key_checking.cache_clear()
+    ssh.configured_host_key_checking.cache_clear()
     yield
-    runner.configured_host_key_checking.cache_clear()
+    ssh.configured_host_key_checking.cache_clear()
 
 
 @pytest.mark.parametrize(("hostvars", "off"), [
@@ -39,25 +39,26 @@ def _fresh_config(monkeypatch):
     ({"ansible_ssh_host_key_checking": "yes", "ansible_host_key_checking": "no"}, None),
 ])
 def test_what_turns_host_key_checking_off_for_a_host(hostvars, off):
-    assert runner.host_key_checking_off(hostvars) == off
+    assert ssh.host_key_checking_off(hostvars) == off
 
 
 def test_the_environment_and_ansible_cfg_are_the_users(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
-    assert runner.host_key_checking_off({}) == "ANSIBLE_HOST_KEY_CHECKING=False in the environment"
-    assert runner.host_key_checking_off({"ansible_host_key_checking": True}) is None  # the host's variable wins
+    assert ssh.host_key_checking_off({}) == "ANSIBLE_HOST_KEY_CHECKING=False in the environment"
+    assert ssh.host_key_checking_off({"ansible_host_key_checking": True}) is None  # the host's variable wins
     # ansible.cfg in the directory provision runs in, as ansible-playbook reads it (a fresh process: the
     # configuration is read once per run)
     (tmp_path / "ansible.cfg").write_text("[defaults]\nhost_key_checking = False\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    proc = subprocess.run([sys.executable, "-c", "from provision.runners.ansible import host_key_checking_off as f; "
+    proc = subprocess.run([sys.executable, "-c", "from provision.ssh import host_key_checking_off as f; "
                            "print(f({}))"], capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
     assert proc.stdout.strip() == f"host_key_checking = False in {tmp_path / 'ansible.cfg'}"
 
 
 def test_warnings_name_each_host_and_its_setting():
-    lines = runner.host_key_warnings({
-        "b": {"ansible_ssh_common_args": "-o StrictHostKeyChecking=no"}, "a": {}, "c": {"ansible_host_key_checking": 0}})
+    lines = ssh.host_key_warnings(ssh.host_keys({
+        "b": {"ansible_ssh_common_args": "-o StrictHostKeyChecking=no"}, "a": {}, "c": {"ansible_host_key_checking": 0}},
+        mitogen=True))
     assert [line.split(": its SSH")[0] for line in lines] == [
         "warning: b: ansible_ssh_common_args: StrictHostKeyChecking=no", "warning: c: ansible_host_key_checking: 0"]
 
@@ -112,22 +113,31 @@ def test_mitogen_puts_its_own_strict_host_key_checking_first(monkeypatch):
 ])
 def test_what_mitogen_would_shadow(hostvars, mode, monkeypatch):
     monkeypatch.delenv("PROVISION_ANSIBLE_STRATEGY", raising=False)
-    assert runner.mitogen_host_key_mode(hostvars) == mode
+    from provision.runners.ansible import mitogen_connections
+
+    assert mitogen_connections()  # Mitogen is a dependency: the playbook's connections are its
+    assert ssh.host_keys_of("box", hostvars, mitogen=True).mitogen_mode == mode
 
 
 def test_without_mitogen_ansibles_ssh_honours_the_setting_itself(monkeypatch):
     monkeypatch.setenv("PROVISION_ANSIBLE_STRATEGY", "linear")
+    from provision.runners.ansible import mitogen_connections
+
+    mitogen = mitogen_connections()
+    assert mitogen is False
     hv = {"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new"}
-    assert runner.mitogen_host_key_mode(hv) is None and runner.accept_new_command("box", hv) is None
-    assert runner.host_key_warnings({"box": {"ansible_ssh_common_args": "-o StrictHostKeyChecking=ask"}}) == []
+    keys = ssh.host_keys_of("box", hv, mitogen=mitogen)
+    assert keys.mitogen_mode is None and keys.accept_new_command is None
+    assert ssh.host_key_warnings(ssh.host_keys({"box": {"ansible_ssh_common_args": "-o StrictHostKeyChecking=ask"}},
+                                               mitogen=mitogen)) == []
 
 
 def test_ask_is_one_warning_naming_the_host_and_the_setting_and_accept_new_none(monkeypatch):
     monkeypatch.delenv("PROVISION_ANSIBLE_STRATEGY", raising=False)
-    lines = runner.host_key_warnings({
+    lines = ssh.host_key_warnings(ssh.host_keys({
         "a": {"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new"},
         "b": {"ansible_ssh_extra_args": "-o StrictHostKeyChecking=ask -o BatchMode=no"},
-        "c": {}})
+        "c": {}}, mitogen=True))
     assert lines == ["warning: b: ansible_ssh_extra_args: StrictHostKeyChecking=ask: nobody can answer ssh's question "
                      "during a run, so its SSH host key is checked as with StrictHostKeyChecking=yes (an unknown or "
                      "changed key is refused; connect once with ssh to accept a new one)"]
@@ -137,12 +147,12 @@ def test_accept_new_is_honoured_by_an_ssh_with_the_inventorys_arguments_first(mo
     monkeypatch.delenv("PROVISION_ANSIBLE_STRATEGY", raising=False)
     hv = {"ansible_host": "192.0.2.7", "ansible_port": 2222, "ansible_user": "admin",
           "ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/home/me/kh"}
-    cmd = runner.accept_new_command("box", hv)
+    cmd = ssh.host_keys_of("box", hv, mitogen=True).accept_new_command
     assert cmd is not None
     assert cmd[:7] == ["ssh", "-p", "2222", "-o", "StrictHostKeyChecking=accept-new", "-o",
                        "UserKnownHostsFile=/home/me/kh"]
     assert cmd[-2:] == ["admin@192.0.2.7", "true"] and "BatchMode=yes" in cmd
-    assert runner.accept_new_command("box", {"ansible_host": "192.0.2.7"}) is None
+    assert ssh.host_keys_of("box", {"ansible_host": "192.0.2.7"}, mitogen=True).accept_new_command is None
 
 
 def test_accept_new_connects_to_each_such_host_once_and_comes_back(tmp_path, monkeypatch):
@@ -156,9 +166,9 @@ def test_accept_new_connects_to_each_such_host_once_and_comes_back(tmp_path, mon
         port = s.getsockname()[1]
     kh = tmp_path / "kh"
     args = f"-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={kh}"
-    done = runner.accept_new_host_keys({
+    done = ssh.accept_new_host_keys(ssh.host_keys({
         "a": {"ansible_host": "127.0.0.1", "ansible_port": port, "ansible_ssh_common_args": args},
-        "b": {"ansible_host": "127.0.0.1", "ansible_port": port}}, timeout=20)
+        "b": {"ansible_host": "127.0.0.1", "ansible_port": port}}, mitogen=True), timeout=20)
     assert done == ["a"] and not kh.exists()
 
 
@@ -204,6 +214,6 @@ def test_check_keeps_checking_where_the_inventory_does(tmp_path, monkeypatch):
 
 def test_check_honours_ansible_host_key_checking_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
-    runner.configured_host_key_checking.cache_clear()
+    ssh.configured_host_key_checking.cache_clear()
     line = _testinfra_ssh(tmp_path, "box", {"ansible_host": "192.0.2.7"}, monkeypatch)
     assert line.startswith("ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"), line

@@ -188,7 +188,7 @@ def test_a_profile_file_name_with_line_breaks_is_refused_with_one_line(tmp_path)
 def test_renderers_quote_a_profile_path_however_it_came(tmp_path, name):
     """The renderers do not rely on the loader: a plan whose profile_path holds line breaks and Jinja renders to
     the same instructions and plays."""
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
 
     plan = plan_for(ROOT / "profiles" / "deskmini.yaml")
     baseline = dockerfile_instructions(render_outputs(plan, tmp_path / "base")[0])
@@ -205,7 +205,7 @@ def test_a_profile_named_with_jinja_renders_inert(tmp_path):
     target.write_text(source)
     result = CliRunner().invoke(app, ["render", str(target), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
 
     baseline = dockerfile_instructions(render_outputs(plan_for(ROOT / "profiles" / "deskmini.yaml"), tmp_path / "b")[0])
     assert_inert((tmp_path / "out" / "Dockerfile").read_text(), tmp_path / "out" / "site.yml", baseline)
@@ -246,7 +246,7 @@ def test_a_crafted_saved_plan_is_refused_or_inert(field, tmp_path, monkeypatch):
     import json
 
     import provision.runners.docker as runner
-    from provision.pipeline import plan_from
+    from provision.pipeline.plan import plan_from
 
     built: list[str] = []
 
@@ -281,7 +281,7 @@ def test_a_crafted_saved_plan_is_refused_or_inert(field, tmp_path, monkeypatch):
 
 def test_a_base_image_option_with_a_line_break_is_refused():
     from provision.errors import UsageError
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
     from provision.render.docker import with_base_image
 
     plan = plan_for(ROOT / "profiles" / "deskmini.yaml")

@@ -11,7 +11,7 @@ import yaml
 
 from provision.compat import load_db
 from provision.models import Plan
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.plan_rules import problems
 from provision.render.docker import render_dockerfile, wheel_groups
 from provision.resources import data_dir, share_dir

@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.render.ansible import ansible_vars, kernel_display_name, lab_settings
 from provision.render.docker import render_dockerfile
 

@@ -1,4 +1,4 @@
-"""Dependencies point one way: data -> models -> resolver -> plan -> render -> runners -> fleet/apply -> cli.
+"""Dependencies point one way: data -> models -> resolver -> plan -> render -> runners -> pipeline/apply -> cli.
 
 Every module of the package is placed in a layer below; an import (at module level or inside a function) of a
 module in a higher layer fails here, and so does a module nobody placed: a new file says where it belongs."""
@@ -17,10 +17,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("data", {"compat", "plan_rules"}),
     ("models", {"models"}),
     ("profiles and the resolver", {"loader", "resolver", "costs", "report", "drift"}),
-    ("plan", {"pipeline", "doctor", "interpreters", "installer"}),
+    ("plan", {"pipeline.plan", "doctor", "interpreters", "installer"}),
     ("render", {"render", "ledger"}),
-    ("runners and hosts", {"runners", "tunnel", "sandbox", "vm", "verify.controller"}),
-    ("fleet and apply", {"fleet", "apply"}),
+    ("runners and hosts", {"runners", "ssh", "tunnel", "sandbox", "vm", "verify.controller"}),
+    ("the pipeline's stages and apply", {"pipeline", "apply"}),
     ("cli (the package provision/cli/: common, plans, apply, destroy, sandbox, build, verify)", {"cli", "__main__"}),
 ]
 
@@ -88,6 +88,31 @@ def test_what_ships_to_hosts_imports_nothing_else_of_provision():
                 continue  # the controller's side of `provision verify`, never shipped
             outside = {d for d in imports(path) if d.split(".")[0] != sub}
             assert outside == set(), f"{path.relative_to(PACKAGE)} imports {sorted(outside)}"
+
+
+# The apply's stages (provision/pipeline/), in the order a stage may import: each only the ones before it. plan is a
+# layer of its own above; apply (provision/apply.py) calls them all.
+STAGES = ["targets", "preflight", "render", "run", "events", "record", "check", "connect", "report"]
+
+
+def test_each_stage_imports_only_the_stages_before_it():
+    found = sorted(p.stem for p in (PACKAGE / "pipeline").glob("*.py") if p.stem not in ("__init__", "plan"))
+    assert found == sorted(STAGES), "a new stage says where it stands in STAGES"
+    wrong = []
+    for stage in STAGES:
+        for dep in imports(PACKAGE / "pipeline" / f"{stage}.py"):
+            if dep.startswith("pipeline.") and dep != "pipeline.plan" and (
+                    dep.split(".")[1] not in STAGES or STAGES.index(dep.split(".")[1]) >= STAGES.index(stage)):
+                wrong.append(f"pipeline.{stage} imports {dep}")
+    assert wrong == []
+
+
+def test_only_events_reads_the_roles_output():
+    # ansible-runner's task results and the roles' text prefixes are read in one place: pipeline/events.py.
+    needles = ('"runner_on_', '"res"', "provision --check cannot predict: ", '"notes.json"')
+    readers = sorted({str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                      for needle in needles if needle in p.read_text()})
+    assert readers == ["pipeline/events.py"], readers
 
 
 def test_the_check_finds_an_import_that_points_back(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from provision.ledger import change_lines, changes
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from tests.support import modules
 
 ROOT = Path(__file__).resolve().parents[2]

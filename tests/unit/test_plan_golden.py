@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.report import plan_json
 from provision.resources import share_dir
 

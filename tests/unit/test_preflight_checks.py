@@ -203,7 +203,8 @@ def test_the_module_answers_the_preflight_on_this_machine(tmp_path):
 
 
 def test_a_run_the_preflight_refused_exits_2_and_says_refused():
-    from provision.fleet import FleetResult, HostResult, summary_lines
+    from provision.pipeline.events import FleetResult, HostResult
+    from provision.pipeline.report import summary_lines
 
     line = "preflight: a: the Jupyter port 8888 is held by python3 (pid 7) on 127.0.0.1:8888: stop it ... Nothing was changed."
     fleet = FleetResult([], {"a": HostResult("a", "p.yaml", "refused", step="Refuse the host before the first change",
@@ -217,7 +218,7 @@ def test_a_run_the_preflight_refused_exits_2_and_says_refused():
 
 
 def test_a_failed_package_script_prints_its_own_line_not_only_apts():
-    from provision.runners.ansible import failure_message, task_line
+    from provision.pipeline.events import failure_message, task_line
 
     stdout = ("Setting up nvidia-installer-cleanup (20240109+1) ...\n"
               "nvidia-installer-cleanup: found /usr/bin/nvidia-uninstall from NVIDIA's installer\n"
@@ -314,7 +315,7 @@ def test_the_preflight_refuses_foreign_unfinished_work_and_passes_provisions_on(
 
 
 def test_a_roles_own_line_after_a_rescued_failure_is_the_one_the_summary_names():
-    from provision.runners.ansible import host_failure
+    from provision.pipeline.events import host_failure
 
     pip = ("venv | Install the requirements from the default index", "the disk is full on the host: [Errno 28] ...")
     own = ("venv | Stop where the disk is full, naming how much room the wheels need",

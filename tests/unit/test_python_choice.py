@@ -16,7 +16,7 @@ from provision.compat import load_db
 from provision.errors import IncompatibleError, RefusedError, UsageError
 from provision.interpreters import accepted, fetch, mirror_sums, source
 from provision.models import ManagedPython
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.render.ansible import ansible_vars, fingerprint_vars, ledger_planned
 from provision.resources import share_dir
 from tests.support import modules
@@ -150,7 +150,7 @@ def test_the_python_mirror_option_reaches_the_plan_and_a_missing_directory_is_on
 
 
 def test_an_inventorys_python_mirror_reaches_its_hosts_plan(tmp_path):
-    from provision.fleet import assign
+    from provision.pipeline.targets import assign
 
     (tmp_path / "mirror").mkdir()
     path = profile(tmp_path, torch="2.1.2")

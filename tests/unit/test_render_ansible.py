@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from provision.pipeline import plan_for
+from provision.pipeline.plan import plan_for
 from provision.render.ansible import HANDOVER, LOCK_NOTE, PREFLIGHT, ROLES, ansible_vars, render_ansible, render_fleet
 from provision.resources import collections_dir, share_dir
 from provision.sandbox import inventory as sandbox_inventory

@@ -1,4 +1,4 @@
-"""How one task-result event becomes a line and a host's result (provision.runners.ansible.task_line).
+"""How one task-result event becomes a line and a host's result (provision.pipeline.events.task_line).
 
 The Mitogen messages are the ones a `docker kill` of a stock host mid-play produced on 2026-11-23 (ansible-mitogen
 0.3, ansible-core 2.x): Mitogen reports some lost connections as failed tasks, and a lost host must count as
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from provision.runners.ansible import connection_lost, task_line
+from provision.pipeline.events import connection_lost, task_line
 
 
 def event(kind: str, msg: str, **res) -> dict:

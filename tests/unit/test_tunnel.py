@@ -69,8 +69,8 @@ def test_a_pid_reused_by_another_program_is_not_a_tunnel_and_is_not_killed():
 
 
 def test_installed_line_names_the_versions_the_host_reported():
-    from provision.apply import installed_line
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
+    from provision.pipeline.report import installed_line
 
     plan = plan_for(ROOT / "profiles/deskmini.yaml", os_override="debian-13")
     installed = {"packages": {"libcuda1": "550.163.01-2", "nvidia-driver": None},

@@ -81,7 +81,7 @@ def test_fill_wheelhouse_trusts_a_stamp_only_while_every_wheel_is_as_recorded(tm
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The stamp of a complete download is not enough: a wheel cut short since is seen by size before the stamp is
     believed (the fetch that follows is tests/integration/test_wheelhouse_refetch.py's)."""
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
 
     monkeypatch.setenv("PROVISION_CACHE", str(tmp_path / "cache"))
     plan = plan_for(Path(__file__).resolve().parents[2] / "profiles/deskmini.yaml", os_override="debian-13")

@@ -1,4 +1,5 @@
-"""The pipeline's first two steps in one call: profile file → Profile → Plan."""
+"""Stage `plan`: a profile file → Profile → the resolved, frozen Plan (or a saved plan read back). Pure of hosts:
+nothing here touches one; `targets` resolves one Plan per group of hosts with it."""
 
 from __future__ import annotations
 
