@@ -1,0 +1,138 @@
+"""The apply's stages with real data and no hosts: events → HostResults (stage events), what the controller keeps
+(stage record), the checks beside a fast-path playbook (stage check). End to end: tests/integration/test_apply*.py,
+test_fast_reapply.py, test_faults.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from provision import state
+from provision.pipeline.check import Beside
+from provision.pipeline.events import Events
+from provision.pipeline.plan import plan_for
+from provision.pipeline.record import interrupted, record
+from provision.pipeline.targets import Group
+from provision.state import StateError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def group() -> Group:
+    plan = plan_for(ROOT / "profiles/deskmini.yaml", os_override="debian-13")
+    return Group(plan=plan, profile="deskmini", os="debian-13", hosts=["ok-1", "refused-1", "lost-1", "gone-1"])
+
+
+def event(kind: str, host: str, task: str = "cuda : Install", **res) -> dict:
+    return {"event": kind, "event_data": {"host": host, "task": task, "res": res, "duration": 1.5,
+                                          "role": "provision.gpu.preflight"}}
+
+
+def run_events(group: Group, reports: Path) -> tuple[Events, dict]:
+    lines: list[tuple[str, str, str, str]] = []
+    paths: list[tuple[str, str]] = []
+    reader = Events(on_task=lambda *a: lines.append(a), on_path=lambda *a: paths.append(a))
+    for e in (event("runner_on_ok", "ok-1", "preflight : Say which path the host takes", msg="path: full (the plan "
+                    "changed)"),
+              event("runner_on_ok", "ok-1", changed=True),
+              event("runner_on_failed", "refused-1", msg="preflight: refused-1 was not changed: port 8888 is held"),
+              event("runner_on_failed", "lost-1", msg="EOF on stream; ssh exited with status 255")):
+        reader(e)
+    (reports / "ok-1").mkdir(parents=True)
+    (reports / "ok-1" / "verify.json").write_text(json.dumps({"status": "pass"}))
+    (reports / "ok-1" / "applied.json").write_text(json.dumps({"packages": {"nvidia-driver": "535"}, "wheels": {}}))
+    (reports / "ok-1" / "ledger.json").write_text(json.dumps({"schema": state.ledger_schema(), "entries": []}))
+    (reports / "ok-1" / "notes.json").write_text(json.dumps(["finished the dpkg work"]))
+    stats = {"ok": {"ok-1": 3, "refused-1": 1, "lost-1": 1}, "changed": {"ok-1": 1},
+             "failures": {"refused-1": 1, "lost-1": 1}}
+    assert ("ok-1", "full (the plan changed)") in paths
+    assert ("lost-1", "cuda : Install", "unreachable",
+            "the connection to the host was lost during this step (EOF on stream; ssh exited with status 255)") in lines
+    return reader, stats
+
+
+def test_events_become_one_result_per_host(group: Group, tmp_path: Path) -> None:
+    reader, stats = run_events(group, tmp_path / "reports")
+    results = reader.outcomes([group], stats, tmp_path / "reports")
+    assert {h: r.result for h, r in results.items()} == {
+        "ok-1": "ok", "refused-1": "refused", "lost-1": "unreachable", "gone-1": "not run"}
+    ok = results["ok-1"]
+    assert (ok.changed, ok.path, ok.verify, ok.notes) == (1, "full (the plan changed)", {"status": "pass"},
+                                                          ["finished the dpkg work"])
+    assert ok.installed == {"packages": {"nvidia-driver": "535"}, "wheels": {}} and ok.ledger is not None
+    assert results["refused-1"].message.startswith("preflight: refused-1 was not changed")
+    assert results["gone-1"].message == "Ansible did not reach this host (see the lines above)"
+    assert reader.task_seconds["cuda : Install"] == 4.5  # summed over hosts
+
+
+def test_the_record_keeps_what_each_host_reported_and_the_run_for_failed(group: Group, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROVISION_STATE", str(tmp_path / "state"))
+    from provision.pipeline.events import FleetResult
+
+    reader, stats = run_events(group, tmp_path / "reports")
+    fleet = FleetResult([group], reader.outcomes([group], stats, tmp_path / "reports"))
+    record(fleet, "/inv.yml", tags=None, skip_frameworks=True)
+    kept = state.read_record("ok-1")
+    assert kept is not None and kept["profile"] == "deskmini" and kept["frameworks_skipped"] is True
+    assert kept["path"] == "full (the plan changed)" and kept["installed"]["packages"] == {"nvidia-driver": "535"}
+    assert kept["plan"]["profile"] == group.plan.profile
+    assert state.read_record("refused-1") is None
+    assert state.read_ledger("ok-1") is not None
+    assert state.failed_hosts("/inv.yml") == ["gone-1", "lost-1", "refused-1"]
+    interrupted([group], "/inv.yml")
+    assert state.failed_hosts("/inv.yml") == sorted(group.hosts)
+
+
+def test_a_record_that_cannot_be_written_is_raised_after_the_runs_results(group: Group, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROVISION_STATE", str(tmp_path / "state"))
+    from provision.pipeline.events import FleetResult
+
+    reader, stats = run_events(group, tmp_path / "reports")
+    fleet = FleetResult([group], reader.outcomes([group], stats, tmp_path / "reports"))
+    (tmp_path / "state" / "hosts").mkdir(parents=True)
+    (tmp_path / "state" / "hosts" / "ok-1").write_text("a file where the host's folder goes")
+    with pytest.raises(StateError):
+        record(fleet, "/inv.yml")
+    assert state.failed_hosts("/inv.yml") == ["gone-1", "lost-1", "refused-1"]  # written all the same
+
+
+def test_checks_start_beside_the_playbook_only_when_every_host_takes_the_fast_path() -> None:
+    started = threading.Event()
+
+    def checks(echo):
+        started.set()
+        echo("a: 12 passed")
+        return {"a": 0, "b": 0}
+
+    beside = Beside(["a", "b"], checks, lambda: {"a": "token-a"})
+    beside.path("a", "fast (fingerprint matches)")
+    assert beside.checked is None  # b has not said
+    beside.path("b", "fast (fingerprint matches)")
+    assert beside.checked is not None and beside.other is not None
+    result = beside.checked.result(timeout=10)
+    assert (result.codes, result.lines) == ({"a": 0, "b": 0}, ["a: 12 passed"]) and started.is_set()
+    assert beside.other.result(timeout=10) == {"a": "token-a"}
+    beside.close()
+
+    mixed = Beside(["a", "b"], checks)
+    mixed.path("a", "fast (fingerprint matches)")
+    mixed.path("b", "full (a package changed)")
+    assert mixed.checked is None
+
+
+def test_what_the_checks_beside_raise_is_raised_where_their_result_is_read() -> None:
+    def checks(echo):
+        raise RuntimeError("testinfra could not start")
+
+    beside = Beside(["a"], checks)
+    beside.path("a", "fast (fingerprint matches)")
+    assert beside.checked is not None
+    with pytest.raises(RuntimeError, match="testinfra could not start"):
+        beside.checked.result(timeout=10)
+    beside.close()
