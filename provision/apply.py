@@ -82,7 +82,7 @@ def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, *, check: b
     checking = not (no_check or check or tags)
 
     def checks(echo: Callable[[str], None]) -> dict[str, int]:
-        return check_hosts(found.groups, found.inventory, found.hosts, skip_frameworks=skip_frameworks, echo=echo,
+        return check_hosts(found.groups, found.inventory, found.hosts, keys, skip_frameworks=skip_frameworks, echo=echo,
                            become_password=become_password, vault_password_file=vault_password_file)
 
     beside = Beside(found.hosts, checks, lambda: read_tokens(found.groups, keys)) if checking else None

@@ -9,9 +9,8 @@ StrictHostKeyChecking=accept-new, which that option would shadow, provision hono
 (accept_new_host_keys, pipeline.run); =ask it cannot, and says so (HostKeys.warning, pipeline.preflight).
 
 One `HostKeys` per host (host_keys), from the inventory's variables as the run reaches the host, is what the
-stages read: preflight's warnings, render's host_vars, run's accept-new connections, connect's tunnels and token
-reads (its ssh command line). provision check's testinfra (runners.testinfra) applies the same rule
-(host_key_checking_off) in its own process.
+stages read: preflight's warnings, render's host_vars, run's accept-new connections, check's testinfra environment
+(runners.testinfra.check_target) and connect's tunnels and token reads (its ssh command line).
 """
 
 from __future__ import annotations

@@ -344,10 +344,11 @@ def check_hosts_cmd(
 
     found = check_run_targets(profile, inventory, sandbox, os_override, limit, vault_password_file=vault_password_file)
     # As the apply says it; testinfra's ssh takes the inventory's StrictHostKeyChecking as given (no Mitogen)
-    for line in preflight(found, require_password=False, playbook=False).warnings:
+    pre = preflight(found, require_password=False, playbook=False)
+    for line in pre.warnings:
         err.print(line, markup=False)
     become_password = _become_password() if ask_become_pass else None
-    codes = check_hosts(found.groups, found.inventory, found.hosts, skip_frameworks=skip_frameworks,
+    codes = check_hosts(found.groups, found.inventory, found.hosts, pre.host_keys, skip_frameworks=skip_frameworks,
                         echo=lambda s: out.print(s, markup=False), become_password=become_password,
                         vault_password_file=vault_password_file)
     raise typer.Exit(checks_exit_code(codes))

@@ -19,7 +19,7 @@ from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.models import Plan
 from provision.render.ansible import render_ansible
-from provision.ssh import NO_HOST_KEY_CHECKING, host_key_checking_off, host_key_refusal
+from provision.ssh import NO_HOST_KEY_CHECKING, HostKeys, host_key_checking_off, host_key_refusal
 
 # Inventory variables that hold a password. testinfra's own connections cannot use them without exposing them (an SSH
 # password goes to `sshpass -p` on a command line) or at all (a become password: its `sudo` has no way to answer a
@@ -51,7 +51,8 @@ class CheckTarget:
     through_ansible: bool
 
 
-def check_target(host: str, hostvars: dict[str, Any], *, become_password: bool = False) -> CheckTarget:
+def check_target(host: str, hostvars: dict[str, Any], *, become_password: bool = False,
+                 keys: HostKeys | None = None) -> CheckTarget:
     """Reach `host` the way the apply did: with the inventory's connection settings, and as root because the play
     says `become: true` (unless the inventory turns become off for the host).
 
@@ -60,7 +61,8 @@ def check_target(host: str, hostvars: dict[str, Any], *, become_password: bool =
     A host whose variables hold a password, or whose connection testinfra cannot open, is checked through Ansible's
     own modules (`?force_ansible=true`), which answer sudo's prompt with the inventory's password without putting
     it on a command line; ANSIBLE_BECOME then carries the play's `become: true`. become_password: a password was
-    given on the controller (apply --ask-become-pass): Ansible's modules too, with it in a file (run_check)."""
+    given on the controller (apply --ask-become-pass): Ansible's modules too, with it in a file (run_check). keys:
+    the host's SSH host-key policy as the run computed it (provision.ssh), else read from hostvars here."""
     become_var = hostvars.get("ansible_become", hostvars.get("ansible_sudo"))
     become = True if become_var is None else _truthy(become_var)
     connection = str(hostvars.get("ansible_connection") or "ssh")
@@ -73,17 +75,18 @@ def check_target(host: str, hostvars: dict[str, Any], *, become_password: bool =
                            through_ansible=True)
     inner_sudo = bool(hostvars.get("ansible_become", False))
     outer_sudo = become and not inner_sudo
-    return CheckTarget(f"ansible://{host}" + ("?sudo=true" if outer_sudo else ""), _host_key_env(hostvars),
+    off = keys.off if keys is not None else host_key_checking_off(hostvars)
+    return CheckTarget(f"ansible://{host}" + ("?sudo=true" if outer_sudo else ""), _host_key_env(hostvars, off),
                        through_ansible=False)
 
 
-def _host_key_env(hostvars: dict[str, Any]) -> dict[str, str]:
+def _host_key_env(hostvars: dict[str, Any], off: str | None) -> dict[str, str]:
     """testinfra's own ssh takes the inventory's ssh arguments but not host_key_checking (the host's
     ansible_host_key_checking, ANSIBLE_HOST_KEY_CHECKING, ansible.cfg): where that turns checking off, its ssh
     arguments begin with what the apply's connections did (NO_HOST_KEY_CHECKING, before the inventory's own, where
     Ansible puts its StrictHostKeyChecking=no too), through ANSIBLE_SSH_COMMON_ARGS, which testinfra reads over the
     host's ansible_ssh_common_args (one pytest process per host: it reaches this host only)."""
-    if not host_key_checking_off(hostvars):
+    if not off:
         return {}
     if "ANSIBLE_SSH_COMMON_ARGS" in os.environ:  # testinfra's order: the environment, the host, ansible.cfg
         common = os.environ["ANSIBLE_SSH_COMMON_ARGS"]
@@ -111,7 +114,8 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostvars: dict[str, Any],
               skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
-              become_password: str | None = None, vault_password_file: Path | None = None) -> int:
+              become_password: str | None = None, vault_password_file: Path | None = None,
+              keys: HostKeys | None = None) -> int:
     """Run provision/checks/test_host.py with pytest-testinfra against one inventory host.
     Returns 0 green, 1 red, 3 cannot run.
 
@@ -130,7 +134,7 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
         if inventory_file is None:
             assert not isinstance(inventory, dict)  # render_ansible wrote a dict out as files["inventory"]
             inventory_file = Path(inventory).resolve()
-        target = check_target(host, hostvars, become_password=bool(become_password))
+        target = check_target(host, hostvars, become_password=bool(become_password), keys=keys)
         secret_env = {}
         if vault_password_file:
             secret_env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(Path(vault_password_file).resolve())

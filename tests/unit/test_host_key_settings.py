@@ -217,3 +217,15 @@ def test_check_honours_ansible_host_key_checking_from_the_environment(tmp_path, 
     ssh.configured_host_key_checking.cache_clear()
     line = _testinfra_ssh(tmp_path, "box", {"ansible_host": "192.0.2.7"}, monkeypatch)
     assert line.startswith("ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"), line
+
+
+def test_check_takes_the_policy_the_run_computed():
+    from provision.runners.testinfra import check_target
+
+    hv = {"ansible_host": "192.0.2.7", "ansible_host_key_checking": False}
+    off = ssh.host_keys_of("box", hv, mitogen=False)
+    assert check_target("box", hv, keys=off).env == check_target("box", hv).env
+    assert check_target("box", hv, keys=off).env["ANSIBLE_SSH_COMMON_ARGS"].startswith("-o StrictHostKeyChecking=no")
+    # the policy given is the one used, not a second reading of the variables
+    checked = ssh.host_keys_of("box", {"ansible_host": "192.0.2.7"}, mitogen=False)
+    assert check_target("box", hv, keys=checked).env == {}
