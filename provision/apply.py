@@ -87,11 +87,11 @@ def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, *, check: b
 
     beside = Beside(found.hosts, checks, lambda: read_tokens(found.groups, keys)) if checking else None
     with display.phase("starting ansible-playbook") as activity:
-        reader = Events(on_task=display.task, on_start=_Progress(activity, took),
-                        on_path=beside.path if beside else None)
+        progress = _Progress(activity, took)
+        reader = Events(on_task=display.task, on_start=progress, on_path=beside.path if beside else None)
         fleet = execute(found, keys, reader, check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks,
                         become_password=become_password, vault_password_file=vault_password_file,
-                        jupyter_password=jupyter_password, on_note=activity.log,
+                        jupyter_password=jupyter_password, on_note=activity.log, log=progress,
                         full_reason=full_reason(full=full, tags=tags, jupyter_password=jupyter_password))
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)
@@ -124,16 +124,16 @@ def execute(found: Targets, keys: dict[str, HostKeys], reader: Events, *, check:
             tags: str | None = None, skip_frameworks: bool = False, destroy: bool = False, purge_home: bool = False,
             full_reason: str = "", become_password: str | None = None, vault_password_file: Path | None = None,
             jupyter_password: str | None = None, on_note: Callable[[str], None] | None = None,
-            keep_dir: Path | None = None) -> FleetResult:
+            log: Callable[[str], None] | None = None) -> FleetResult:
     """locks → inputs → render → run → events → record, for apply and destroy. destroy: the playbook only removes
     what each host's ledger lists, and the hosts' records go. full_reason: why no host may take the fast path ("":
-    each host's fingerprint decides; docs/hosts.md)."""
+    each host's fingerprint decides; docs/hosts.md). on_note: a lock taken over; log: the inputs' fetching."""
     fleet = FleetResult(groups=found.groups)
     with locks(found, on_note=on_note):
         fetched = {} if destroy else inputs(found.groups, sandboxes=found.in_sandbox(),
-                                            skip_frameworks=skip_frameworks, log=reader.on_start)
+                                            skip_frameworks=skip_frameworks, log=log)
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
-            work = keep_dir or Path(tmp)
+            work = Path(tmp)
             files = render(found.groups, work, found.inventory, keys, skip_frameworks=skip_frameworks,
                            destroy=destroy, purge_home=purge_home, full_reason=full_reason, partial=bool(tags),
                            interpreters=fetched)
