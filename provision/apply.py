@@ -75,10 +75,11 @@ def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, *, check: b
     keys = pre.host_keys
     if found.sandbox:
         with display.phase(f"starting sandbox {found.sandbox}") as activity:
-            found.inventory = start_sandbox(found.groups[0].plan, found.sandbox, log=activity.log,
-                                            progress=activity.update)
+            reach = start_sandbox(found.groups[0].plan, found.sandbox, log=activity.log, progress=activity.update)
         took["sandbox start"] = time.monotonic() - took["started"]
-        keys = host_keys(found.hostvars(), mitogen=mitogen_connections())  # its address is known once it runs
+        if reach != found.inventory:  # started now: its address, and so its policy, is known from here on
+            found.inventory = reach
+            keys = host_keys(found.hostvars(), mitogen=mitogen_connections())
     checking = not (no_check or check or tags)
 
     def checks(echo: Callable[[str], None]) -> dict[str, int]:

@@ -3,8 +3,9 @@ prompt and before anything is started or touched.
 
 - a sandbox runs only the Debian releases and the architecture provision builds it for (sandbox_release);
 - a plan whose Jupyter logs in with a password needs that password (require_secrets);
-- each host's SSH host-key policy, computed once here (provision.ssh.host_keys), and a warning for every host whose
-  key is not checked, or whose StrictHostKeyChecking=ask cannot be honoured.
+- each host's SSH host-key policy, computed once here (provision.ssh.host_keys; a sandbox that is not running yet,
+  once it runs), and a warning for every host whose key is not checked, or whose StrictHostKeyChecking=ask cannot
+  be honoured.
 
 What a host itself would refuse (a foreign driver, a held port, half-configured dpkg) is the preflight play's, on the
 host (roles/preflight, plugins/modules/provision_preflight.py), read back by stage `events`. The apply's locks on
@@ -41,6 +42,8 @@ def preflight(found: Targets, *, require_password: bool = True, playbook: bool =
     playbook's connections (Mitogen's, when it runs them); False for `provision check`'s testinfra."""
     if found.sandbox and found.groups:
         sandbox_release(found.groups[0].plan)
+        if sandbox.is_running(found.sandbox):  # its address (SSH port); one that is not running yet gets it at start
+            found.inventory = sandbox.inventory([found.sandbox])
     if require_password:
         require_secrets(found.groups, found.inventory if isinstance(found.inventory, Path) else None)
     keys = host_keys(found.hostvars(), mitogen=playbook and mitogen_connections())

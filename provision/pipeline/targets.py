@@ -91,10 +91,9 @@ def targets(profile: Path | None, inventory: Path | None, sandbox_name: str | No
         if profile is None:
             raise UsageError("--sandbox needs a PROFILE")
         groups = assign({sandbox_name: {}}, profile, os_override, None, indexes=indexes)
-        # Reached over SSH like any host; the port is known once the container runs (apply starts it after asking).
-        inv = (sandbox.inventory([sandbox_name]) if sandbox.is_running(sandbox_name)
-               else {"all": {"hosts": {sandbox_name: {}}}})
-        return Targets(groups, inv, f"sandbox:{sandbox_name}", sandbox_name)
+        # Reached over SSH like any host; its address is known once the container runs (stage preflight reads it
+        # when it does; apply starts it after asking).
+        return Targets(groups, {"all": {"hosts": {sandbox_name: {}}}}, f"sandbox:{sandbox_name}", sandbox_name)
     path = hosts_file(inventory)
     key = str(path)
     hostvars = inventory_hostvars(path, limit, vault_password_file=vault_password_file)

@@ -136,3 +136,22 @@ def test_what_the_checks_beside_raise_is_raised_where_their_result_is_read() -> 
     with pytest.raises(RuntimeError, match="testinfra could not start"):
         beside.checked.result(timeout=10)
     beside.close()
+
+
+@pytest.mark.parametrize("command", ["apply", "destroy"])
+def test_a_sandbox_the_plan_cannot_run_in_is_refused_before_anything_is_asked_of_docker(command: str, tmp_path: Path):
+    # No docker on PATH: the preflight's refusal comes first, exit 2, one line (not "docker is missing", exit 3).
+    import os
+    import subprocess
+    import sys
+
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    proc = subprocess.run([sys.executable, "-m", "provision", command, str(ROOT / "profiles/deskmini.yaml"),
+                           "--sandbox", "box", "--os", "ubuntu-24.04", "--yes"], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=os.environ | {"PATH": str(bare),
+                                                                       "PROVISION_STATE": str(tmp_path / "state")})
+    assert proc.returncode == 2, proc.stderr
+    assert "the sandbox runs debian-12, debian-13 only, and this plan targets ubuntu-24.04" in proc.stderr
+    assert "docker" not in proc.stderr and "Traceback" not in proc.stderr
