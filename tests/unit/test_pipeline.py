@@ -5,6 +5,7 @@ test_fast_reapply.py, test_faults.py."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -141,7 +142,6 @@ def test_what_the_checks_beside_raise_is_raised_where_their_result_is_read() -> 
 @pytest.mark.parametrize("command", ["apply", "destroy"])
 def test_a_sandbox_the_plan_cannot_run_in_is_refused_before_anything_is_asked_of_docker(command: str, tmp_path: Path):
     # No docker on PATH: the preflight's refusal comes first, exit 2, one line (not "docker is missing", exit 3).
-    import os
     import subprocess
     import sys
 
@@ -155,3 +155,26 @@ def test_a_sandbox_the_plan_cannot_run_in_is_refused_before_anything_is_asked_of
     assert proc.returncode == 2, proc.stderr
     assert "the sandbox runs debian-12, debian-13 only, and this plan targets ubuntu-24.04" in proc.stderr
     assert "docker" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_render_writes_the_folder_with_each_hosts_key_settings_and_why_no_host_takes_the_fast_path(
+        group: Group, tmp_path: Path) -> None:
+    import yaml
+
+    from provision.pipeline.render import full_reason, render
+    from provision.ssh import host_keys
+
+    hostvars = {"ok-1": {"ansible_host_key_checking": False}, "refused-1": {}, "lost-1": {}, "gone-1": {}}
+    inventory = {"all": {"hosts": hostvars}}
+    why = full_reason(full=False, tags=None, jupyter_password="secret")
+    files = render([group], tmp_path / "run", inventory, host_keys(hostvars, mitogen=True), full_reason=why)
+    assert sorted(p.name for p in (tmp_path / "run" / "host_vars").iterdir()) == ["ok-1.yml"]
+    assert yaml.safe_load((tmp_path / "run" / "host_vars" / "ok-1.yml").read_text()) == {
+        "ansible_host_key_checking": False}
+    role_vars = yaml.safe_load(files["vars"].read_text())
+    assert role_vars["preflight_fast_reapply"] is False
+    assert role_vars["preflight_full_reason"] == "--ask-jupyter-pass gave a password"
+    assert "secret" not in "".join(p.read_text() for p in (tmp_path / "run").rglob("*") if p.is_file())
+    gate = yaml.safe_load(files["playbook"].read_text())[1]
+    assert gate["vars"]["preflight_lock_holder"]["pid"] == os.getpid()
+    assert full_reason(full=False, tags=None, jupyter_password=None) == ""  # each host's fingerprint decides
