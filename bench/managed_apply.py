@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from provision.pipeline import plan_for  # noqa: E402
+from provision.pipeline.plan import plan_for  # noqa: E402
 from tests.support.standin_python import standin_mirror  # noqa: E402
 
 PROFILE = ROOT / "profiles/deskmini.yaml"

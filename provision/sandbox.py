@@ -68,13 +68,6 @@ def debian_codenames() -> dict[str, str]:
     return {row.release: row.codename for row in load_db().systems if row.distribution == "debian"}
 
 
-def __getattr__(name: str) -> Any:
-    # DEBIAN_CODENAMES for provision.apply, which names it: debian_codenames(), read when asked for, not on import.
-    if name == "DEBIAN_CODENAMES":
-        return debian_codenames()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def base_image_tag(release: str) -> str:
     return f"provision/debian:{release}"
 

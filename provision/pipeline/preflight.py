@@ -52,11 +52,12 @@ def preflight(found: Targets, *, require_password: bool = True, playbook: bool =
 
 def sandbox_release(plan: Plan) -> str:
     """The Debian release of the sandbox this plan runs in; refused when provision builds no sandbox for it."""
-    if plan.target.distribution != "debian" or plan.target.release not in sandbox.DEBIAN_CODENAMES:
-        runnable = ", ".join(f"debian-{r}" for r in sorted(sandbox.DEBIAN_CODENAMES))
+    codenames = sandbox.debian_codenames()
+    if plan.target.distribution != "debian" or plan.target.release not in codenames:
+        runnable = ", ".join(f"debian-{r}" for r in sorted(codenames))
         raise UsageError(
             f"the sandbox runs {runnable} only, and this plan targets {plan.target.os_id}; "
-            f"add --os debian-{max(sandbox.DEBIAN_CODENAMES)} to try the profile in a sandbox"
+            f"add --os debian-{max(codenames)} to try the profile in a sandbox"
         )
     if plan.target.arch != "x86_64":
         raise UsageError(f"the sandbox runs x86_64 only, and this plan targets {plan.target.arch}")

@@ -62,7 +62,7 @@ def changed(stdout: str) -> int:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     from provision import sandbox
-    from provision.pipeline import plan_for
+    from provision.pipeline.plan import plan_for
 
     tmp = tmp_path_factory.mktemp("upgrade-managed")
     profile = tmp / "deskmini-python313.yaml"
