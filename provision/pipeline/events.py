@@ -4,10 +4,11 @@ the roles fetched into the run's folder become typed outcomes: one line per task
 and its cause in one line, the path the host took, what it could not predict (--check), the verifier's report, what
 it has installed, its ledger and its notes.
 
-What the roles say in text, and where: roles/preflight's "path: fast (...)" / "path: full (...)" line (PATH_PREFIX),
-a dry run's "provision --check cannot predict: ..." (UNPREDICTABLE), the preflight's refusals ("preflight: ...",
-PREFLIGHT_REFUSAL), a role's own failure ("<role>: ..."). What they hand over as files: reports/HOST/verify.json,
-applied.json, ledger.json and notes.json (roles/host_record).
+What the roles hand the controller as data, with ansible.builtin.set_stats (per host; read from that task's own
+result as the run goes, role_stats): the path a host takes and why (roles/preflight, STAT_PATH), why it was refused
+(roles/preflight and its gate, STAT_REFUSED), what a dry run cannot predict (a role in check mode, STAT_UNPREDICTABLE).
+As files: reports/HOST/verify.json, applied.json, ledger.json and notes.json (roles/host_record). In text only for a
+person: a failed task's message (a role's own failure begins "<role>: ").
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ _RESULT_EVENTS = {
     "runner_on_unreachable": "unreachable",
     "runner_on_skipped": "skipped",
 }
-# How roles/preflight's refusals begin: a host failed with one is "refused" (nothing was changed on it).
-PREFLIGHT_REFUSAL = "preflight: "
-# The roles' debug messages in check mode that name what a dry run cannot predict (roles/README.md).
-UNPREDICTABLE = "provision --check cannot predict: "
-PATH_PREFIX = "path: "  # roles/preflight says which path each host takes: "path: fast (...)" or "path: full (...)"
+# The keys of the data the roles hand over with set_stats (roles/README.md, "What the roles tell provision").
+STAT_PATH = "provision_path"  # roles/preflight: {"path": "fast" | "full", "why": "..."}
+STAT_REFUSED = "provision_refused"  # roles/preflight: why the host was refused (nothing was changed on it)
+STAT_UNPREDICTABLE = "provision_unpredictable"  # a role in check mode: ["<role>: what a dry run cannot predict"]
 
 
 # --- typed outcomes -------------------------------------------------------------------------------------------------
@@ -50,8 +50,9 @@ class HostResult:
     message: str = ""
     verify: dict[str, Any] | None = None
     installed: dict[str, Any] | None = None
-    unpredicted: list[str] = field(default_factory=list)  # --check: what the roles could not predict
-    path: str = ""  # "fast (fingerprint matches)" or "full (why)", as the preflight said; "" when it did not run
+    unpredicted: list[str] = field(default_factory=list)  # --dry-run: what the roles could not predict
+    path: str = ""  # "fast" or "full", as the preflight said; "" when it did not run
+    path_why: str = ""  # why: "fingerprint matches", or what changed
     notes: list[str] = field(default_factory=list)  # what the apply found and finished on its way (host_record)
     ledger: dict[str, Any] | None = field(default=None, repr=False)  # what the host's ledger lists after the run
 
@@ -210,27 +211,15 @@ def _is_become_failure(res: dict[str, Any]) -> bool:
 # --- one event ------------------------------------------------------------------------------------------------------
 
 
-def unpredicted_line(event: dict[str, Any]) -> tuple[str, str] | None:
-    """(host, what) for a role's 'cannot predict' message in check mode, None for any other event."""
+def role_stats(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(host, data) for a role's set_stats task (the data it hands provision: STAT_*), None for any other event."""
     if event.get("event") != "runner_on_ok":
         return None
     data = event.get("event_data", {})
-    msg = (data.get("res") or {}).get("msg")
-    if isinstance(msg, str) and msg.startswith(UNPREDICTABLE):
-        return data.get("host", "?"), msg.removeprefix(UNPREDICTABLE)
-    return None
-
-
-def path_line(event: dict[str, Any]) -> tuple[str, str] | None:
-    """(host, "fast (...)" or "full (...)") for the preflight's line on the path a host takes, None for any other
-    event."""
-    if event.get("event") != "runner_on_ok":
+    stats = (data.get("res") or {}).get("ansible_stats")
+    if not isinstance(stats, dict) or not isinstance(stats.get("data"), dict):
         return None
-    data = event.get("event_data", {})
-    msg = (data.get("res") or {}).get("msg")
-    if isinstance(msg, str) and msg.startswith(PATH_PREFIX) and str(data.get("role", "")).endswith("preflight"):
-        return data.get("host", "?"), msg.removeprefix(PATH_PREFIX)
-    return None
+    return str(data.get("host", "?")), stats["data"]
 
 
 def task_name(data: dict[str, Any]) -> str:
@@ -267,8 +256,9 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
 
 class Events:
     """Reads a run's events as they come (stage `run` calls it with each one): calls on_start(task) when a task
-    starts, on_task(host, task, state, msg) for each task result, on_path(host, path) when the preflight says which
-    path a host takes; keeps per host the failed step and its cause, the path, what --check could not predict, and
+    starts, on_task(host, task, state, msg) for each task result, on_path(host, "fast" | "full") when the preflight
+    says which path a host takes; keeps per host the failed step and its cause, the path and why, whether the preflight
+    refused it, what a dry run could not predict, and
     the seconds each task took (summed over hosts: where a run's time goes, bench/)."""
 
     def __init__(self, *, on_task: Callable[[str, str, str, str], None] | None = None,
@@ -279,19 +269,15 @@ class Events:
         self.lost: set[str] = set()  # hosts whose "failed" task was a lost connection (connection_lost)
         self.task_seconds: dict[str, float] = {}
         self.unpredicted: dict[str, list[str]] = {}
-        self.paths: dict[str, str] = {}
+        self.paths: dict[str, tuple[str, str]] = {}  # host -> (path, why)
+        self.refused: dict[str, str] = {}  # host -> why the preflight refused it
 
     def __call__(self, event: dict[str, Any]) -> None:
         if self.on_start and event.get("event") == "playbook_on_task_start":
             self.on_start(task_name(event.get("event_data", {})))
-        said = unpredicted_line(event)
+        said = role_stats(event)
         if said is not None:
-            self.unpredicted.setdefault(said[0], []).append(said[1])
-        took = path_line(event)
-        if took is not None:
-            self.paths[took[0]] = took[1]
-            if self.on_path:
-                self.on_path(*took)
+            self._stats(*said)
         line = task_line(event)
         if line is None:
             return
@@ -305,6 +291,19 @@ class Events:
                 self.lost.add(host)
         if self.on_task:
             self.on_task(host, task, state, msg)
+
+    def _stats(self, host: str, data: dict[str, Any]) -> None:
+        """What a role handed over for one host (role_stats), kept by kind; the path also goes to on_path."""
+        unpredictable = data.get(STAT_UNPREDICTABLE)
+        if isinstance(unpredictable, list):
+            self.unpredicted.setdefault(host, []).extend(printable(str(what)) for what in unpredictable)
+        if STAT_REFUSED in data:
+            self.refused[host] = printable(str(data[STAT_REFUSED]))
+        took = data.get(STAT_PATH)
+        if isinstance(took, dict) and took.get("path") in ("fast", "full"):
+            self.paths[host] = (str(took["path"]), printable(str(took.get("why") or "")))
+            if self.on_path:
+                self.on_path(host, str(took["path"]))
 
     def host_stats(self, stats: dict[str, Any]) -> dict[str, HostStats]:
         """Ansible's recap (playbook_on_stats) per host, with a lost connection counted as unreachable, not failed."""
@@ -332,7 +331,7 @@ class Events:
                     msg = msg or "Ansible did not reach this host (see the lines above)"
                 elif counts.unreachable:
                     result = "unreachable"
-                elif (counts.failed or step) and msg.startswith(PREFLIGHT_REFUSAL) and not counts.changed:
+                elif (counts.failed or step) and host in self.refused and not counts.changed:
                     result = "refused"
                 elif counts.failed or step:
                     result = "failed"
@@ -341,7 +340,9 @@ class Events:
                 folder = reports / host
                 found[host] = HostResult(host, group.profile, result, changed=counts.changed if counts else 0,
                                          step=step, message=msg, unpredicted=self.unpredicted.get(host, []),
-                                         path=self.paths.get(host, ""), verify=_read_json(folder / "verify.json"),
+                                         path=self.paths.get(host, ("", ""))[0],
+                                         path_why=self.paths.get(host, ("", ""))[1],
+                                         verify=_read_json(folder / "verify.json"),
                                          installed=_read_json(folder / "applied.json"),
                                          notes=_read_notes(folder / "notes.json"),
                                          ledger=_read_json(folder / "ledger.json"))

@@ -42,7 +42,8 @@ class Record:
 def record_of(group: Group, result: HostResult, *, tags: str | None, skip_frameworks: bool) -> Record:
     return Record(profile=group.profile, os=group.os, digest=plan_digest(group.plan),
                   applied_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), tags=tags, frameworks_skipped=skip_frameworks,
-                  plan=group.plan.model_dump(mode="json"), roles=roles_version(), path=result.path,
+                  plan=group.plan.model_dump(mode="json"), roles=roles_version(),
+                  path=f"{result.path} ({result.path_why})" if result.path else "",
                   installed={k: (result.installed or {}).get(k, {}) for k in ("packages", "wheels")},
                   verify=result.verify)
 

@@ -77,7 +77,7 @@ def verify_verdict(report: dict[str, Any] | None) -> str:
 
 def path_word(r: HostResult) -> str:
     """The path a host took, one word for the summary table: fast, full, or "" when the preflight did not say."""
-    return r.path.split(" ", 1)[0] if r.path else ""
+    return r.path
 
 
 def summary_rows(fleet: FleetResult, *, check: bool = False) -> list[tuple[str, str, str, str, str]]:
@@ -96,10 +96,10 @@ def path_detail(host: str, r: HostResult, *, check: bool = False) -> str | None:
     """Which path a host took and why, one line: on the fast path a dry run says there is nothing to change."""
     if not r.path:
         return None
-    if r.path.startswith("fast"):
-        return f"{host}: no change (fingerprint matches)" if check else f"{host}: fast path: fingerprint matches " \
+    if r.path == "fast":
+        return f"{host}: no change ({r.path_why})" if check else f"{host}: fast path: {r.path_why} " \
             "its last converged apply; only the verifier and the record ran"
-    return f"{host}: full path: {r.path.removeprefix('full').strip().removeprefix('(').removesuffix(')')}"
+    return f"{host}: full path: {r.path_why}"
 
 
 def summary_lines(fleet: FleetResult, *, check: bool = False) -> tuple[list[str], list[str]]:
@@ -115,7 +115,7 @@ def summary_lines(fleet: FleetResult, *, check: bool = False) -> tuple[list[str]
                 f"failed: {host}: {r.step or r.result}: {r.message}" for host, r in sorted(fleet.hosts.items())
                 if r.result != "ok"]
     if check:  # a dry run says what it could not predict, host by host, step by step
-        details += [f"{host}: --check cannot predict: {what}" for host, r in sorted(fleet.hosts.items())
+        details += [f"{host}: --dry-run cannot predict: {what}" for host, r in sorted(fleet.hosts.items())
                     for what in r.unpredicted]
     return details, failures
 

@@ -104,7 +104,7 @@ def test_check_mode_on_a_stock_host_says_what_it_cannot_predict_and_changes_noth
     proc = provision(environ, "apply", "-i", str(inv), "--dry-run", "--skip-frameworks", timeout=600)
     assert proc.returncode == 0, output(proc)
     said = [line.split("cannot predict: ", 1)[1] for line in proc.stdout.splitlines()
-            if line.startswith(f"{D12}: --check cannot predict: ")]
+            if line.startswith(f"{D12}: --dry-run cannot predict: ")]
     roles = [line.split(":", 1)[0] for line in said]
     assert roles == ["nvidia_driver", "python_env", "cuda", "cudnn", "jupyter", "gpu_verify"], said
     assert "python3-apt is not installed yet" in said[0] and "/opt/provision/venv does not exist yet" in said[2]

@@ -27,8 +27,8 @@ VERIFY = {"status": "pass", "mode": "gpu", "summary": {"passed": 12, "failed": 0
 
 def fleet(first: str = "gpu-workstation-01") -> FleetResult:
     result = FleetResult(groups=[], status="failed")
-    for r in (HostResult(first, "deskmini", "ok", changed=41, verify=VERIFY, path="full (the plan changed)"),
-              HostResult("p2-a", "profiles/aws-p2.yaml", "failed", changed=7, path="full (a package changed)",
+    for r in (HostResult(first, "deskmini", "ok", changed=41, verify=VERIFY, path="full", path_why="the plan changed"),
+              HostResult("p2-a", "profiles/aws-p2.yaml", "failed", changed=7, path="full", path_why="a package changed",
                          step="venv | Install the requirements (pip, with the plan's pins)", message=CAUSE),
               HostResult("p2-b", "profiles/aws-p2.yaml", "unreachable",
                          message="nothing accepts SSH connections at the host's address and port (is sshd running, "
@@ -157,7 +157,8 @@ def test_the_path_each_host_took_is_said_under_the_table() -> None:
     out, _ = render(terminal=False)
     assert "gpu-workstation-01: full path: the plan changed" in out.splitlines()
     result = fleet()
-    result.hosts["gpu-workstation-01"].path = "fast (fingerprint matches)"
+    result.hosts["gpu-workstation-01"].path = "fast"
+    result.hosts["gpu-workstation-01"].path_why = "fingerprint matches"
     buf = io.StringIO()
     console = Console(file=buf, width=200, color_system=None)
     print_apply_summary(result, check=True, out=console, err=Console(file=io.StringIO()))

@@ -33,14 +33,22 @@ def event(kind: str, host: str, task: str = "cuda : Install", **res) -> dict:
                                           "role": "provision.gpu.preflight"}}
 
 
+def set_stats(**data) -> dict:
+    """A set_stats task's result, as ansible-runner hands it over (measured: ansible-core 2.x, per_host)."""
+    return {"changed": False, "ansible_stats": {"data": data, "per_host": True, "aggregate": False}}
+
+
 def run_events(group: Group, reports: Path) -> tuple[Events, dict]:
     lines: list[tuple[str, str, str, str]] = []
     paths: list[tuple[str, str]] = []
     reader = Events(on_task=lambda *a: lines.append(a), on_path=lambda *a: paths.append(a))
-    for e in (event("runner_on_ok", "ok-1", "preflight : Say which path the host takes", msg="path: full (the plan "
-                    "changed)"),
+    for e in (event("runner_on_ok", "ok-1", "preflight : Say which path the host takes",
+                    **set_stats(provision_path={"path": "full", "why": "the plan changed"})),
               event("runner_on_ok", "ok-1", changed=True),
-              event("runner_on_failed", "refused-1", msg="preflight: refused-1 was not changed: port 8888 is held"),
+              event("runner_on_ok", "refused-1", "preflight : Tell provision the host is refused",
+                    **set_stats(provision_refused="port 8888 is held")),
+              event("runner_on_failed", "refused-1", "preflight : Refuse the host",
+                    msg="preflight: refused-1 was not changed: port 8888 is held"),
               event("runner_on_failed", "lost-1", msg="EOF on stream; ssh exited with status 255")):
         reader(e)
     (reports / "ok-1").mkdir(parents=True)
@@ -50,7 +58,7 @@ def run_events(group: Group, reports: Path) -> tuple[Events, dict]:
     (reports / "ok-1" / "notes.json").write_text(json.dumps(["finished the dpkg work"]))
     stats = {"ok": {"ok-1": 3, "refused-1": 1, "lost-1": 1}, "changed": {"ok-1": 1},
              "failures": {"refused-1": 1, "lost-1": 1}}
-    assert ("ok-1", "full (the plan changed)") in paths
+    assert ("ok-1", "full") in paths
     assert ("lost-1", "cuda : Install", "unreachable",
             "the connection to the host was lost during this step (EOF on stream; ssh exited with status 255)") in lines
     return reader, stats
@@ -62,12 +70,32 @@ def test_events_become_one_result_per_host(group: Group, tmp_path: Path) -> None
     assert {h: r.result for h, r in results.items()} == {
         "ok-1": "ok", "refused-1": "refused", "lost-1": "unreachable", "gone-1": "not run"}
     ok = results["ok-1"]
-    assert (ok.changed, ok.path, ok.verify, ok.notes) == (1, "full (the plan changed)", {"status": "pass"},
-                                                          ["finished the dpkg work"])
+    assert (ok.changed, ok.path, ok.path_why, ok.verify, ok.notes) == (
+        1, "full", "the plan changed", {"status": "pass"}, ["finished the dpkg work"])
     assert ok.installed == {"packages": {"nvidia-driver": "535"}, "wheels": {}} and ok.ledger is not None
     assert results["refused-1"].message.startswith("preflight: refused-1 was not changed")
     assert results["gone-1"].message == "Ansible did not reach this host (see the lines above)"
-    assert reader.task_seconds["cuda : Install"] == 4.5  # summed over hosts
+    assert reader.task_seconds["cuda : Install"] == 3.0  # summed over hosts (ok-1, lost-1)
+
+
+def test_what_the_roles_hand_over_is_data_never_their_words(group: Group, tmp_path: Path) -> None:
+    # A failed preflight task is a refusal only where the role said so as data (a crash of its module is a
+    # failure, exit 1); the words of a message decide nothing, and a dry run's list comes from the data too.
+    reader = Events()
+    for e in (event("runner_on_ok", "ok-1", "preflight : Say which path the host takes", msg="path: fast (x)"),
+              event("runner_on_failed", "refused-1", "preflight : Read what on the host would make the plan fail",
+                    msg="preflight: MODULE FAILURE"),
+              event("runner_on_ok", "lost-1", "cuda : pypi | Say what a dry run cannot predict",
+                    **set_stats(provision_unpredictable=["cuda: the environment does not exist yet"])),
+              event("runner_on_ok", "lost-1", "cudnn : pypi | Say what a dry run cannot predict",
+                    **set_stats(provision_unpredictable=["cudnn: the environment does not exist yet"]))):
+        reader(e)
+    results = reader.outcomes([group], {"ok": {"ok-1": 1, "lost-1": 2}, "failures": {"refused-1": 1}},
+                              tmp_path / "reports")
+    assert (results["ok-1"].result, results["ok-1"].path) == ("ok", "")
+    assert results["refused-1"].result == "failed"
+    assert results["lost-1"].unpredicted == ["cuda: the environment does not exist yet",
+                                             "cudnn: the environment does not exist yet"]
 
 
 def test_the_record_keeps_what_each_host_reported_and_the_run_for_failed(group: Group, tmp_path: Path,
@@ -112,9 +140,9 @@ def test_checks_start_beside_the_playbook_only_when_every_host_takes_the_fast_pa
         return {"a": 0, "b": 0}
 
     beside = Beside(["a", "b"], checks, lambda: {"a": "token-a"})
-    beside.path("a", "fast (fingerprint matches)")
+    beside.path("a", "fast")
     assert beside.checked is None  # b has not said
-    beside.path("b", "fast (fingerprint matches)")
+    beside.path("b", "fast")
     assert beside.checked is not None and beside.other is not None
     result = beside.checked.result(timeout=10)
     assert (result.codes, result.lines) == ({"a": 0, "b": 0}, ["a: 12 passed"]) and started.is_set()
@@ -122,8 +150,8 @@ def test_checks_start_beside_the_playbook_only_when_every_host_takes_the_fast_pa
     beside.close()
 
     mixed = Beside(["a", "b"], checks)
-    mixed.path("a", "fast (fingerprint matches)")
-    mixed.path("b", "full (a package changed)")
+    mixed.path("a", "fast")
+    mixed.path("b", "full")
     assert mixed.checked is None
 
 
@@ -132,7 +160,7 @@ def test_what_the_checks_beside_raise_is_raised_where_their_result_is_read() -> 
         raise RuntimeError("testinfra could not start")
 
     beside = Beside(["a"], checks)
-    beside.path("a", "fast (fingerprint matches)")
+    beside.path("a", "fast")
     assert beside.checked is not None
     with pytest.raises(RuntimeError, match="testinfra could not start"):
         beside.checked.result(timeout=10)
