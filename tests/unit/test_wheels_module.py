@@ -5,21 +5,14 @@ module's run against a host is the python_env molecule scenario's, tests/integra
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from provision.resources import share_dir
+from tests.support import modules
 
-MODULE = share_dir("plugins") / "modules" / "provision_wheels.py"
-_spec = importlib.util.spec_from_file_location("provision_wheels_under_test", MODULE)
-assert _spec is not None and _spec.loader is not None
-wheels = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = wheels
-_spec.loader.exec_module(wheels)
+wheels = modules.module("provision_wheels")  # imported as Ansible imports it (the collection's import path)
 
 NOBODY = 65534
 ACCOUNT = {NOBODY}  # the groups of the account that runs uv (nogroup), as the module reads them from its process
