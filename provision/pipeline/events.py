@@ -1,7 +1,7 @@
 """Stage `events`: the only place the roles' output is read. ansible-runner's raw events (stage `run`) and the files
 the roles fetched into the run's folder become typed outcomes: one line per task result while the run goes
 (task_line), and after it one HostResult per host (ok, failed, refused, unreachable, not run) with the failed step
-and its cause in one line, the path the host took, what it could not predict (--check), the verifier's report, what
+and its cause in one line, the path the host took, what it could not predict (--dry-run), the verifier's report, what
 it has installed, its ledger and its notes.
 
 What the roles hand the controller as data, with ansible.builtin.set_stats (per host; read from that task's own
