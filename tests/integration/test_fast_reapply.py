@@ -109,9 +109,16 @@ def test_check_mode_says_no_change(host):
 
 
 def test_full_runs_every_role(host):
+    # What an install cut short leaves (a power cut between uv's copy and the cache's removal): provision's own uv
+    # cache in the account's home, which a full apply that installs nothing removes; the account's own stays.
+    planted = sh("sudo -u ml sh -c 'mkdir -p ~/.cache/provision-uv/archive-v0/x ~/.cache/uv"
+                 " && echo left > ~/.cache/provision-uv/archive-v0/x/f && echo mine > ~/.cache/uv/mine'")
+    assert planted.returncode == 0, planted.stderr
     proc = host.apply("--full", "--timings")
     assert_full(proc, "--full asked for it")
-    assert changed(proc.stdout) == 0
+    assert changed(proc.stdout) == 1  # that removal, nothing else
+    left = sh("test ! -e /home/ml/.cache/provision-uv && cat /home/ml/.cache/uv/mine")
+    assert (left.returncode, left.stdout.strip()) == (0, "mine"), left.stdout + left.stderr
     assert "Open the ledger" in proc.stderr
     assert_fast(host.apply())
 
