@@ -11,7 +11,13 @@ Each run also reports how busy the machine's cores were (/proc/stat): when they 
 work itself (unpacking GBs of wheels and packages per host), not Ansible's parallelism.
 Writes docs/bench/fleet.json and prints the figures.
 
+With --before REV it compares instead: this checkout against an earlier commit (checked out with `git worktree` and run
+from there, its roles with it), a fleet of --hosts hosts per side, in one run: each round brings up a bare fleet for
+each side, applies it and re-applies it, and the rounds alternate the order (before first, then after first), so a
+drift in the machine's speed falls on both sides. Writes docs/bench/fleet_ab-<date>-<commit>.json.
+
     python bench/fleet.py [--sizes 1,4,8] [--strategies mitogen_linear,mitogen_free,linear,free]
+    python bench/fleet.py --before REV [--hosts 4] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "profiles/deskmini.yaml"
@@ -39,14 +46,25 @@ def sh(*args: str, env: dict | None = None, check: bool = True) -> subprocess.Co
     return proc
 
 
-def provision(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    return sh(sys.executable, "-m", "provision", *args, env=env, check=check)
+def provision(*args: str, env: dict | None = None, check: bool = True, tree: Path | None = None
+              ) -> subprocess.CompletedProcess:
+    """This checkout's provision, or (tree) an earlier version's, run from its own tree: `python -m` puts the working
+    directory first on sys.path, before PYTHONPATH."""
+    if tree is None:
+        return sh(sys.executable, "-m", "provision", *args, env=env, check=check)
+    env = dict(env or os.environ) | {"PYTHONPATH": str(tree)}
+    proc = subprocess.run([sys.executable, "-m", "provision", *args], cwd=tree, capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        sys.exit(f"provision {' '.join(args[:4])}... ({tree}) failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                 f"{proc.stderr[-3000:]}")
+    return proc
 
 
-def fleet(n: int, tmp: Path) -> tuple[list[str], Path]:
-    names = [f"pv-bench-{i}" for i in range(1, n + 1)]
-    inv = tmp / f"fleet-{n}.yml"
-    provision("sandbox", "down", *[f"pv-bench-{i}" for i in range(1, 9)])
+def fleet(n: int, tmp: Path, prefix: str = "pv-bench") -> tuple[list[str], Path]:
+    names = [f"{prefix}-{i}" for i in range(1, n + 1)]
+    inv = tmp / f"{prefix}-{n}.yml"
+    provision("sandbox", "down", *[f"{prefix}-{i}" for i in range(1, 9)])
     provision("sandbox", "up", *names, "--os", OS, "-o", str(inv))
     return names, inv
 
@@ -58,28 +76,88 @@ def cpu_busy_s() -> float:
     return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def timed_apply(inv: Path, env: dict, *extra: str) -> dict:
+def timed_apply(inv: Path, env: dict, *extra: str, tree: Path | None = None) -> dict:
     start, cpu0 = time.perf_counter(), cpu_busy_s()
     proc = provision("apply", PROFILE, "-i", str(inv), "--yes", "--skip-frameworks", "--skip-check", *extra,
-                     env=env, check=False)
+                     env=env, check=False, tree=tree)
     wall, cpu = time.perf_counter() - start, cpu_busy_s() - cpu0
     if proc.returncode != 0:
         sys.exit(f"apply failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    changed = int(re.search(r"changed=(\d+)", proc.stdout).group(1))
+    recap = re.search(r"changed=(\d+)", proc.stdout)
+    if recap is None:
+        sys.exit(f"apply printed no recap:\n{proc.stdout[-3000:]}")
+    changed = int(recap.group(1))
     cores = os.cpu_count() or 1
     # cpu_bound_s: the wall time the machine's cores could not beat for this much work (cpu_s / cores).
     return {"wall_s": round(wall, 1), "changed": changed, "cpu_s": round(cpu, 1),
             "cpu_busy_pct": round(100 * cpu / (wall * cores)), "cpu_bound_s": round(cpu / cores, 1)}
 
 
+def compare(before: str, hosts: int, rounds: int, tmp: Path) -> None:
+    """This checkout against `before`: a bare fleet applied, then re-applied, per side and round, sides alternated."""
+    rev = sh("git", "rev-parse", "--short", before).stdout.strip()
+    head = sh("git", "describe", "--always", "--dirty").stdout.strip()
+    before_tree = tmp / "before"
+    sh("git", "worktree", "remove", "--force", str(before_tree), check=False)
+    sh("git", "worktree", "add", "--detach", str(before_tree), rev)
+    # Each side keeps its own controller state (records, run state); the caches (wheelhouse, apt archives) are shared.
+    env = {side: os.environ | {"PROVISION_STATE": str(tmp / f"state-{side}")} for side in ("before", "after")}
+    sides: dict[str, Path | None] = {"before": before_tree, "after": None}
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    try:
+        _, inv = fleet(1, tmp, "pv-ab")  # warm the shared caches, untimed
+        timed_apply(inv, env["after"])
+        for r in range(rounds):
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for side in order:
+                names, inv = fleet(hosts, tmp, "pv-ab")
+                first = timed_apply(inv, env[side], tree=sides[side])
+                again = timed_apply(inv, env[side], tree=sides[side])
+                if again["changed"]:
+                    sys.exit(f"{side}: the re-apply changed {again['changed']} thing(s); the fleet is not converged")
+                runs[side].append({"round": r + 1, "from_bare": first, "reapply": again})
+                print(f"round {r + 1}, {side}: {hosts} hosts from bare {first['wall_s']} s "
+                      f"(changed={first['changed']}), re-apply {again['wall_s']} s", flush=True)
+        provision("sandbox", "down", *names)
+    finally:
+        sh("git", "worktree", "remove", "--force", str(before_tree), check=False)
+
+    def mean(side: str, what: str) -> float:
+        return round(sum(run[what]["wall_s"] for run in runs[side]) / len(runs[side]), 1)
+
+    result: dict[str, Any] = {
+        "date": dt.date.today().isoformat(),
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
+        "what": f"{PROFILE} --os {OS} --skip-frameworks --skip-check on a fleet of {hosts} sandbox hosts; "
+                f"before = {rev}, after = {head}; {rounds} round(s), sides alternated",
+        "runs": runs,
+        "mean_from_bare_s": {side: mean(side, "from_bare") for side in sides},
+        "mean_reapply_s": {side: mean(side, "reapply") for side in sides},
+    }
+    result["ratio_after_to_before"] = {
+        what: round(mean("after", what) / mean("before", what), 2) for what in ("from_bare", "reapply")}
+    out = ROOT / "docs" / "bench" / f"fleet_ab-{result['date']}-{rev}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"from bare: before {result['mean_from_bare_s']['before']} s, after {result['mean_from_bare_s']['after']} s; "
+          f"re-apply: before {result['mean_reapply_s']['before']} s, after {result['mean_reapply_s']['after']} s; "
+          f"ratios after/before {result['ratio_after_to_before']}")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1,4,8")
     parser.add_argument("--strategies", default="mitogen_linear,mitogen_free,linear,free")
+    parser.add_argument("--before", help="compare this checkout against that commit (see above)")
+    parser.add_argument("--hosts", type=int, default=4, help="with --before: the fleet's size")
+    parser.add_argument("--rounds", type=int, default=2, help="with --before: rounds, the sides' order alternated")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / "provision-bench-fleet"
     tmp.mkdir(parents=True, exist_ok=True)
+    if args.before:
+        compare(args.before, args.hosts, args.rounds, tmp)
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
     env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
 
     # Warm the shared caches (apt archives, wheelhouse) with one untimed apply.
