@@ -137,6 +137,9 @@ def compare(before: str, hosts: int, rounds: int, tmp: Path) -> None:
     result["ratio_after_to_before"] = {
         what: round(mean("after", what) / mean("before", what), 2) for what in ("from_bare", "reapply")}
     out = ROOT / "docs" / "bench" / f"fleet_ab-{result['date']}-{rev}.json"
+    n = 2
+    while out.exists():  # an earlier comparison of the same day and commit stays as it is
+        out, n = out.with_name(f"fleet_ab-{result['date']}-{rev}-{n}.json"), n + 1
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"from bare: before {result['mean_from_bare_s']['before']} s, after {result['mean_from_bare_s']['after']} s; "
           f"re-apply: before {result['mean_reapply_s']['before']} s, after {result['mean_reapply_s']['after']} s; "

@@ -115,6 +115,9 @@ def main() -> None:
     out = ROOT / "docs" / "bench" / "reapply_ab.json"
     if out.exists():
         out = out.with_name(f"reapply_ab-{result['date']}-{rev}.json")
+    n = 2
+    while out.exists():  # nor one of the same day and commit
+        out, n = out.with_name(f"reapply_ab-{result['date']}-{rev}-{n}.json"), n + 1
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"from bare (one each): {from_bare}")
     print(f"median before {med['before']} s, after {med['after']} s "
