@@ -1,6 +1,11 @@
 """Real builds of the DeskMini (debian-13) and P2 (debian-12) images from the local Debian bases, checked
 with testinfra's docker backend; and the failure paths of `provision build`, each for real.
 
+The P2 image is built on the stock Debian 12 base (the image's account is made anew); the DeskMini image on the
+Debian 13 base with an account of uid 1000 already there (UID1000_BASE, as nvidia/cuda's Ubuntu images have: the
+account is renamed), so one environment build serves the checks below and test_base_with_a_uid_1000_account
+(an environment image is 1-2 GB of wheels sent, installed and committed: about 130 s of a whole run, issue 42).
+
 Default run: frameworks skipped (`--skip-frameworks`, label io.provision.frameworks=skipped); the full image
 with PyTorch is the `heavy` test. Each image is built once per session (module-scoped fixture) and every
 check runs against that build. The wheels are downloaded once into the provision cache (PROVISION_CACHE).
@@ -43,9 +48,12 @@ CHUNK = 16 << 20
 
 
 def plan_for_image(profile: str, *, base: str | None = None) -> Plan:
+    """The profile's plan on its Debian base; the DeskMini's on UID1000_BASE (the module's docstring)."""
     os_id, release = IMAGES[profile]
     plan = real_plan(profile, os_id)
-    return with_base_image(plan, base or ensure_base_image(release))
+    if base is None:
+        base = ensure_uid1000_base() if profile == "deskmini" else ensure_base_image(release)
+    return with_base_image(plan, base)
 
 
 def provision_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -62,13 +70,27 @@ def _one_error_line(stderr: str) -> str:
     return errors[0]
 
 
+@pytest.fixture(scope="module")
+def shared_environments() -> Iterator[list[str]]:
+    """Environment images more than one fixture builds from (the DeskMini's, on UID1000_BASE): removed when the
+    module is done, whichever fixture's teardown comes first."""
+    tags: list[str] = []
+    yield tags
+    remove_images(*tags)
+
+
 @pytest.fixture(scope="module", params=sorted(IMAGES))
-def image(request: pytest.FixtureRequest) -> Iterator[tuple[Plan, runner.BuildResult]]:
+def image(request: pytest.FixtureRequest,
+          shared_environments: list[str]) -> Iterator[tuple[Plan, runner.BuildResult]]:
     plan = plan_for_image(request.param)
     result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True), tag=f"provision-test/{plan.profile}:ci",
                           skip_frameworks=True)
     yield plan, result
-    remove_images(result.tag, result.venv_image)
+    if plan.image.base_image == UID1000_BASE:
+        shared_environments.append(result.venv_image)
+        remove_images(result.tag)
+    else:
+        remove_images(result.tag, result.venv_image)
 
 
 @pytest.fixture(scope="module")
@@ -380,15 +402,18 @@ def ensure_uid1000_base() -> str:
 
 
 @pytest.fixture(scope="module")
-def uid1000_image() -> Iterator[tuple[Plan, runner.BuildResult]]:
+def uid1000_image(shared_environments: list[str]) -> Iterator[tuple[Plan, runner.BuildResult]]:
+    """The DeskMini image on UID1000_BASE: its environment is the `image` fixture's (built by whichever comes first,
+    the same plan on the same base), its runtime stage tagged apart."""
     plan = plan_for_image("deskmini", base=ensure_uid1000_base())
     before = subprocess.run(["docker", "run", "--rm", "--entrypoint", "id", UID1000_BASE, "-un", "1000"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert before == "ubuntu"  # the base really has the account the image's own cannot be created beside
     result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True),
                           tag="provision-test/deskmini:uid1000", skip_frameworks=True)
+    shared_environments.append(result.venv_image)
     yield plan, result
-    remove_images(result.tag, result.venv_image)
+    remove_images(result.tag)
 
 
 _ACCOUNT_PROBE = """

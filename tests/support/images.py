@@ -22,10 +22,13 @@ SESSION_START = float(os.environ.setdefault("PROVISION_TEST_SESSION_START", str(
 
 def remove_images(*tags: str) -> None:
     """`docker image rm` each tag given (empty ones skipped; one still in use, or gone already, is left), then, when
-    one was removed, the build-cache records this session made that no image shares and no build uses."""
-    removed = [tag for tag in filter(None, tags)
-               if subprocess.run(["docker", "image", "rm", tag], capture_output=True, timeout=300).returncode == 0]
-    if not removed:  # nothing freed to the build cache here: skip the listing (on Docker 20.10 it is the whole disk
+    an image was deleted, the build-cache records this session made that no image shares and no build uses."""
+    deleted = False
+    for tag in filter(None, tags):
+        proc = subprocess.run(["docker", "image", "rm", tag], capture_output=True, text=True, timeout=300)
+        # "Untagged:" alone: another tag names the same image (test_image's two DeskMini tags), whose layers stay.
+        deleted |= proc.returncode == 0 and "Deleted:" in proc.stdout
+    if not deleted:  # nothing freed to the build cache here: skip the listing (on Docker 20.10 it is the whole disk
         return       # usage, 9-20 s); what an earlier build left goes with the next removal of this session
     api = runner.connect()
     records = runner._build_cache(api) or {}
