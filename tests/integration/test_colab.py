@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from provision.sandbox import start as start_sandbox
-from provision.state import read_record
+from provision.state import cache_lock, cache_root, read_record
 from tests.support.apt import APT_WAIT
 from tests.support.names import sandbox_name
 
@@ -61,21 +61,40 @@ case "$*" in
 esac
 """
 
+# The stack's wheels, downloaded once on the controller (colab_wheels) and mounted read-only: the
+# layout takes the libraries out of them, the same files pip would install, without each host downloading 790 MB
+# and unpacking all of it (three hosts a run; issue 42).
+WHEELS_MOUNT = "/var/cache/colab-wheels"
 LAYOUT = r"""
 set -eu
 # A stock Debian's lists are the ones its install fetched (or none): fresh ones first, as a user would.
 apt-get update -qq
 apt_wait apt-get install -y -qq --no-install-recommends python3-pip python3-venv >/dev/null
-pip3 install -q --break-system-packages --no-deps --target /root/colab-stage {wheels}
-S=/root/colab-stage/nvidia
 install -d /usr/local/cuda-{cuda}/lib64 /usr/local/cuda-{cuda}/bin
-cp -a $S/cuda_runtime/lib/libcudart.so.12 $S/cuda_nvrtc/lib/libnvrtc.so.12 \
-      $S/cuda_nvrtc/lib/libnvrtc-builtins.so.{cuda} /usr/local/cuda-{cuda}/lib64/
+python3 - {mount} {cuda} <<'PY'
+import glob, os, shutil, sys, zipfile
+mount, cuda = sys.argv[1:]
+lib64 = f"/usr/local/cuda-{{cuda}}/lib64"
+# (the wheel, its files, where they go): the paths pip would install them at, under nvidia/
+wanted = [("nvidia_cuda_runtime_cu12", ["cuda_runtime/lib/libcudart.so.12"], lib64),
+          ("nvidia_cuda_nvrtc_cu12", ["cuda_nvrtc/lib/libnvrtc.so.12", f"cuda_nvrtc/lib/libnvrtc-builtins.so.{{cuda}}"],
+           lib64),
+          ("nvidia_cudnn_cu12", ["cudnn/lib/libcudnn.so.9", "cudnn/lib/libcudnn_graph.so.9"],
+           "/usr/lib/x86_64-linux-gnu")]
+versions = dict(line.split("==") for line in {versions!r}.split())
+for wheel, members, dest in wanted:
+    [path] = glob.glob(f"{{mount}}/{{wheel}}-{{versions[wheel.replace('_', '-')]}}-*.whl")
+    with zipfile.ZipFile(path) as whl:
+        for member in members:
+            info = whl.getinfo(f"nvidia/{{member}}")
+            target = os.path.join(dest, os.path.basename(member))
+            with whl.open(info) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 16 << 20)
+            os.chmod(target, 0o755 if (info.external_attr >> 16) & 0o111 else 0o644)  # as pip sets it
+PY
 ln -sfn cuda-{cuda} /usr/local/cuda
-cp -a $S/cudnn/lib/libcudnn.so.9 $S/cudnn/lib/libcudnn_graph.so.9 /usr/lib/x86_64-linux-gnu/
 echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/000_cuda.conf
 ldconfig
-rm -rf /root/colab-stage
 # A package of the system python3 that only it has, where Colab's preinstalled wheels live.
 pip3 install -q --break-system-packages --no-deps six==1.17.0
 """
@@ -95,10 +114,26 @@ def write(name: str, path: str, text: str) -> None:
     sh(name, f"cat > {path} && chmod 0755 {path}", input=text)
 
 
+def colab_wheels(requirements: list[str]) -> Path:
+    """The controller's folder of Colab's stack wheels, with `requirements` (name==version) downloaded into it once
+    (pip's own cache beside); under a lock, as two checkouts' runs may ask at once."""
+    folder = cache_root() / "test-colab-wheels"
+    folder.mkdir(parents=True, exist_ok=True)
+    with cache_lock("test-colab-wheels"):
+        missing = [req for req in requirements
+                   if not list(folder.glob(f"{req.replace('-', '_').replace('==', '-')}-*.whl"))]
+        if missing:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(folder),
+                            *missing], check=True, capture_output=True, timeout=1800)
+    return folder
+
+
 def colab_like(name: str, *, cuda: str = "12.8", driver: str = COLAB_DRIVER) -> None:
     """A sandbox with Colab's stack preinstalled (CUDA `cuda`, cuDNN 9.8.0, a driver reporting `driver`)."""
-    start_sandbox(name, "13")
-    sh(name, APT_WAIT + LAYOUT.format(cuda=cuda, wheels=" ".join(CUDA_WHEELS[cuda] + [CUDNN_WHEEL])))
+    requirements = CUDA_WHEELS[cuda] + [CUDNN_WHEEL]
+    wheels = colab_wheels(requirements)
+    start_sandbox(name, "13", extra_args=["-v", f"{wheels}:{WHEELS_MOUNT}:ro"])
+    sh(name, APT_WAIT + LAYOUT.format(cuda=cuda, mount=WHEELS_MOUNT, versions=" ".join(requirements)))
     write(name, f"/usr/local/cuda-{cuda}/bin/nvcc", NVCC.replace("{cuda}", cuda))
     write(name, "/usr/bin/nvidia-smi", NVIDIA_SMI.replace("{driver}", driver))
 
