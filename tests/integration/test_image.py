@@ -206,8 +206,13 @@ def test_runs_as_non_root(running: dict) -> None:
     host, plan = running["host"], running["plan"]
     assert host.check_output("id -u") == "1000"
     assert host.check_output("id -un") == plan.user
-    # The Jupyter server itself (PID 1: the launcher execs it) runs as the account, not only `docker exec`.
-    assert "jupyter" in host.file("/proc/1/cmdline").content_string
+    # The Jupyter server itself runs as the account, not only `docker exec`: PID 1 once the launcher has exec'd
+    # `jupyter lab` and that has exec'd jupyter-lab. Read until it has (mid-exec, /proc/1/cmdline reads empty, and
+    # before the first exec it names the launcher).
+    deadline = time.monotonic() + 120
+    while "jupyter-lab" not in (cmdline := host.file("/proc/1/cmdline").content_string):
+        assert time.monotonic() < deadline, f"PID 1 is still not the server after 120 s: {cmdline!r}"
+        time.sleep(0.5)
     assert host.file("/proc/1").uid == 1000
     # The environment is root's and read-only to the account (the image's default: see the template).
     assert host.file(plan.python.venv).user == "root"
