@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -120,8 +121,14 @@ def colab_wheels(requirements: list[str]) -> Path:
     folder = cache_root() / "test-colab-wheels"
     folder.mkdir(parents=True, exist_ok=True)
     with cache_lock("test-colab-wheels"):
-        missing = [req for req in requirements
-                   if not list(folder.glob(f"{req.replace('-', '_').replace('==', '-')}-*.whl"))]
+        missing = []
+        for req in requirements:
+            found = list(folder.glob(f"{req.replace('-', '_').replace('==', '-')}-*.whl"))
+            for whl in found:
+                if not zipfile.is_zipfile(whl):  # cut short (pip copies it into place, not atomically): again
+                    whl.unlink()
+            if not any(whl.exists() for whl in found):
+                missing.append(req)
         if missing:
             subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(folder),
                             *missing], check=True, capture_output=True, timeout=1800)
