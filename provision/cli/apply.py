@@ -99,7 +99,7 @@ def render(
         image = runner.default_tag(result, skip_frameworks=skip_frameworks)
         files |= write_kubernetes(result, output, operator, profile=str(profile), image=image)
         with files["readme"].open("a") as fh:
-            fh.write("\n" + readme_section(result, operator, image=image))
+            fh.write("\n" + readme_section(result, operator, image=image, out_dir=output.resolve()))
     for path in files.values():
         out.print(f"wrote {path}", markup=False)
     out.print(f"run it: see {output / 'README.md'} ({shlex.join(['cd', str(output)])} && ansible-playbook site.yml)",

@@ -110,10 +110,12 @@ def write_kubernetes(plan: Plan, out_dir: str | Path, choice: OperatorChoice, *,
     return written
 
 
-def readme_section(plan: Plan, choice: OperatorChoice, *, image: str) -> str:
-    """The README's Kubernetes section: why this operator version, the exact helm and kubectl commands."""
+def readme_section(plan: Plan, choice: OperatorChoice, *, image: str, out_dir: str | Path) -> str:
+    """The README's Kubernetes section: why this operator version, the exact helm and kubectl commands (each block
+    starts with `cd DIR`, shell-quoted, so that it runs as pasted from any directory)."""
     release, chart = choice.release, choice.chart
     name = job_name(plan)
+    cd = shlex.join(["cd", str(out_dir)])
     install = shlex.join(["helm", "install", "--wait", "--generate-name", "-n", chart.namespace, "--create-namespace",
                           chart.chart, "--version", release.chart_version, "-f", f"kubernetes/{VALUES_FILE}"])
     warnings = "".join(f"- {w}\n" for w in choice.warnings)
@@ -130,14 +132,15 @@ def readme_section(plan: Plan, choice: OperatorChoice, *, image: str) -> str:
         f"GPU Operator {release.version}, chart `{chart.chart}` {release.chart_version}: {choice.reason.why} "
         f"({choice.reason.source}).\n\n"
         + (f"Before you install:\n\n{warnings}\n" if warnings else "")
-        + "In this directory:\n\n"
+        + f"    {cd}\n"
         f"    {shlex.join(['helm', 'repo', 'add', chart.repo_name, chart.repo_url])}\n"
         "    helm repo update\n"
         f"    {install}\n\n"
         f"Then check one node with the plan's image ({image}, as `provision build` tags it). The cluster must be "
         "able to pull it: push it to a registry the nodes use (and change `image:` in the Job), or load it into each "
-        "GPU node's containerd:\n\n"
-        f"    {shlex.join(['docker', 'save', image])} | ssh NODE sudo ctr -n k8s.io images import -\n\n"
+        f"GPU node's containerd (`{shlex.join(['docker', 'save', image])} | ssh NODE sudo ctr -n k8s.io images import "
+        "-`). Then:\n\n"
+        f"    {cd}\n"
         f"    kubectl apply -f kubernetes/{JOB_FILE}\n"
         f"    kubectl wait --for=condition=complete --timeout=30m job/{name}\n"
         f"    kubectl logs job/{name}\n\n"

@@ -298,8 +298,8 @@ def test_rendered_files_match_golden(profile, os, tmp_path, request):
     choice = choose_operator(plan, load_gpu_operator(), load_db().branches)
     image = default_tag(plan)
     files = write_kubernetes(plan, tmp_path, choice, profile=f"profiles/{profile}.yaml", image=image)
-    rendered = {p.name: p.read_text() for p in files.values()} | {"README.md": readme_section(plan, choice,
-                                                                                             image=image)}
+    section = readme_section(plan, choice, image=image, out_dir="/srv/rendered")
+    rendered = {p.name: p.read_text() for p in files.values()} | {"README.md": section}
     golden = GOLDEN / (f"{profile}@{os}" if os else profile)
     for name, text in rendered.items():
         if request.config.getoption("--update-golden"):

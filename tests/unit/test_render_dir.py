@@ -87,10 +87,10 @@ def test_kubernetes_writes_the_operator_values_the_job_and_the_commands(tmp_path
     assert readme.index("## Build the Docker image") < readme.index("## Kubernetes nodes")
     assert "Nothing in this section has been run against a cluster" in section
     # Debian 13's R550: the last GPU Operator release that validated it, with both warnings.
-    assert ("    helm repo add nvidia https://helm.ngc.nvidia.com/nvidia\n    helm repo update\n"
+    assert (f"    cd {out}\n    helm repo add nvidia https://helm.ngc.nvidia.com/nvidia\n    helm repo update\n"
             "    helm install --wait --generate-name -n gpu-operator --create-namespace nvidia/gpu-operator "
             "--version v25.10.1 -f kubernetes/gpu-operator-values.yaml\n") in section
-    assert "    kubectl apply -f kubernetes/verify-job.yaml\n" in section
+    assert f"    cd {out}\n    kubectl apply -f kubernetes/verify-job.yaml\n" in section
     assert "past its end of support" in section and "debian-13 is not among the systems" in section
 
 
