@@ -132,7 +132,8 @@ def readme_section(plan: Plan, choice: OperatorChoice, *, image: str, out_dir: s
         f"GPU Operator {release.version}, chart `{chart.chart}` {release.chart_version}: {choice.reason.why} "
         f"({choice.reason.source}).\n\n"
         + (f"Before you install:\n\n{warnings}\n" if warnings else "")
-        + f"    {cd}\n"
+        + "Install the operator:\n\n"
+        f"    {cd}\n"
         f"    {shlex.join(['helm', 'repo', 'add', chart.repo_name, chart.repo_url])}\n"
         "    helm repo update\n"
         f"    {install}\n\n"
