@@ -195,6 +195,13 @@ def test_the_values_provision_sets_map_onto_fields_the_clusterpolicy_crd_accepts
     assert values["cdi"]["enabled"] is True
 
 
+def test_cdi_default_is_set_only_where_the_chart_has_it():
+    older = _data(_release("9.0.0", ["580"], cdi_default=True))
+    values = helm_values(choose_operator(_on(deskmini(), "580"), older))
+    assert values["cdi"] == {"enabled": True, "default": True}
+    assert helm_values(choose_operator(_on(deskmini(), "580"), DATA))["cdi"] == {"enabled": True}
+
+
 @pytest.mark.parametrize(("values", "mapping", "problem"), [
     ({"cdi": {"enabeld": True}}, VALUES_TO_SPEC, "cdi.enabeld: no mapping"),
     ({"cdi": {"enabeld": True}}, {"cdi.enabeld": "cdi.enabeld"}, "the CRD has no spec.cdi.enabeld"),
