@@ -62,15 +62,26 @@ def render(
                                                    "`provision build --base-image`).")] = None,
     index: IndexOpt = None,
     python_mirror: PythonMirrorOpt = None,
+    kubernetes: Annotated[bool, typer.Option("--kubernetes", help="Also write kubernetes/: NVIDIA GPU Operator Helm "
+                                             "values for the nodes this plan prepares and a Job that verifies a node "
+                                             "with the plan's image (docs/kubernetes.md; not run against a cluster "
+                                             "here).")] = False,
 ) -> None:
     """Write a directory that runs on its own: playbook, role variables, inventory, ansible.cfg, plan.json, the
-    Dockerfile, and a README with the exact ansible-playbook and docker build commands."""
+    Dockerfile, and a README with the exact ansible-playbook and docker build commands (with --kubernetes, the
+    helm and kubectl ones too)."""
     from provision.render.ansible import check_ansible_path, render_ansible, write_standalone
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
 
     check_ansible_path(output, "--output")
     result = plan_for(profile, os_override=os_override, indexes=index_overrides(index, python_mirror))
+    operator = None
+    if kubernetes:  # refused before anything is written: no GPU Operator release for this plan, or a Jetson
+        from provision.compat import load_db
+        from provision.gpu_operator import choose_operator, load_gpu_operator
+
+        operator = choose_operator(result, load_gpu_operator(), load_db().branches)
     files = render_ansible(result, output, inventory=inventory, skip_frameworks=skip_frameworks)
     dockerfile = render_dockerfile(with_base_image(result, base_image), profile, skip_frameworks=skip_frameworks)
     files["dockerfile"] = output / "Dockerfile"
@@ -82,6 +93,13 @@ def render(
     files |= write_standalone(output, files, profile=str(profile), os_override=os_override, base_image=base_image,
                               skip_frameworks=skip_frameworks, image_context=image_context,
                               image_tag=runner.default_tag(result, skip_frameworks=skip_frameworks))
+    if operator is not None:
+        from provision.render.kubernetes import readme_section, write_kubernetes
+
+        image = runner.default_tag(result, skip_frameworks=skip_frameworks)
+        files |= write_kubernetes(result, output, operator, profile=str(profile), image=image)
+        with files["readme"].open("a") as fh:
+            fh.write("\n" + readme_section(result, operator, image=image, out_dir=output.resolve()))
     for path in files.values():
         out.print(f"wrote {path}", markup=False)
     out.print(f"run it: see {output / 'README.md'} ({shlex.join(['cd', str(output)])} && ansible-playbook site.yml)",

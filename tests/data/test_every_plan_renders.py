@@ -94,3 +94,31 @@ def test_without_an_official_image_the_image_adds_nvidia_s_repository_with_a_che
     runtime = text.split("AS runtime", 1)[1]
     assert runtime.index("sources.list.d/cuda.list") < runtime.index(f"      {plan.cuda.packages[0]} \\\n")
     assert any(r.component == "image" and repo.key_fingerprint in r.why for r in plan.reasons)
+
+
+@pytest.mark.parametrize("os_id", SYSTEMS)
+def test_every_plan_gets_a_gpu_operator_or_a_refusal_that_says_what_would_work(os_id: str) -> None:
+    """`render --kubernetes` over the GPU table on each OS release: each plan gets the newest operator release that
+    validated its driver branch (values and Job rendered, the Job valid for that release's newest Kubernetes), or one
+    line that names what would work; a refusal only where the plan's branch is on no release's list."""
+    import kubernetes_validate
+
+    from provision.errors import IncompatibleError
+    from provision.gpu_operator import choose_operator, load_gpu_operator
+    from provision.render.kubernetes import helm_values, verify_job
+
+    data = load_gpu_operator()
+    validated = {b for r in data.releases for b in r.driver_branches}
+    chosen, refused = 0, []
+    for plan in plans(os_id, []):
+        try:
+            choice = choose_operator(plan, data, DB.branches)
+        except IncompatibleError as exc:
+            assert plan.driver.branch not in validated and "what would work: " in exc.render(), exc.render()
+            refused.append(plan.gpu.model)
+            continue
+        chosen += 1
+        assert plan.driver.branch in choice.release.driver_branches
+        assert helm_values(choice)["driver"] == {"enabled": False}
+        kubernetes_validate.validate(verify_job(plan, "provision/matrix:x"), choice.release.kubernetes.max, strict=True)
+    assert chosen, f"no plan on {os_id} gets a GPU Operator (refused: {refused})"

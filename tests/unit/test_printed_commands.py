@@ -155,3 +155,28 @@ def test_the_old_names_of_the_dry_run_and_of_skipping_the_checks_still_work_and_
     help_text = _provision("apply", "--help").stdout
     assert "--dry-run" in help_text and "--skip-check" in help_text
     assert "--no-check" not in help_text and not re.search(r"--check\b", help_text)
+
+
+def test_the_rendered_kubernetes_commands_run_on_the_files_they_name(tmp_path: Path):
+    """`render --kubernetes`: the helm and kubectl blocks, pasted from another directory, reach the rendered files
+    (recorders stand in for helm and kubectl: no cluster runs here)."""
+    profile = _odd_profile(tmp_path)
+    out = tmp_path / "rendered it's $1"
+    proc = _provision("render", str(profile), "-o", str(out), "--skip-frameworks", "--kubernetes")
+    assert proc.returncode == 0, proc.stderr
+    readme = (out / "README.md").read_text()
+    section = readme[readme.index("## Kubernetes nodes"):]
+    blocks = [re.sub(r"(?m)^    ", "", m.group(0)) for m in re.finditer(r"(?m)(^    \S.*\n)+", section)]
+    assert len(blocks) == 2, section
+    where = str(out.resolve())
+    assert _run_as_printed(blocks[0], tmp_path, "helm") == [
+        ["helm", where, "repo", "add", "nvidia", "https://helm.ngc.nvidia.com/nvidia"],
+        ["helm", where, "repo", "update"],
+        ["helm", where, "install", "--wait", "--generate-name", "-n", "gpu-operator", "--create-namespace",
+         "nvidia/gpu-operator", "--version", "v26.7.0", "-f", "kubernetes/gpu-operator-values.yaml"]]
+    calls = _run_as_printed(blocks[1], tmp_path, "kubectl")
+    assert calls[0] == ["kubectl", where, "apply", "-f", "kubernetes/verify-job.yaml"]
+    assert [c[2] for c in calls] == ["apply", "wait", "logs"] and calls[2][3] == "job/provision-verify-deskmini"
+    # Each -f names a file relative to the directory the block's `cd` went to: the rendered ones.
+    for relative in ("kubernetes/gpu-operator-values.yaml", "kubernetes/verify-job.yaml"):
+        assert (Path(where) / relative).is_file()

@@ -74,3 +74,41 @@ def test_the_dockerfile_passes_hadolint(tmp_path: Path):
     proc = subprocess.run([shutil.which("hadolint", path=str(BIN)), str(out / "Dockerfile")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_kubernetes_writes_the_operator_values_the_job_and_the_commands(tmp_path: Path):
+    out = _render(tmp_path, "--kubernetes")
+    values = (out / "kubernetes" / "gpu-operator-values.yaml").read_text()
+    job = (out / "kubernetes" / "verify-job.yaml").read_text()
+    assert "driver:\n  enabled: false\ntoolkit:\n  enabled: false\n" in values and "cdi:\n  enabled: true\n" in values
+    assert "image: provision/deskmini:debian-13-noframeworks\n" in job and "nvidia.com/gpu: 1\n" in job
+    readme = (out / "README.md").read_text()
+    section = readme[readme.index("## Kubernetes nodes"):]
+    assert readme.index("## Build the Docker image") < readme.index("## Kubernetes nodes")
+    assert "Nothing in this section has been run against a cluster" in section
+    # Debian 13's R550: the last GPU Operator release that validated it, with both warnings.
+    assert (f"    cd {out}\n    helm repo add nvidia https://helm.ngc.nvidia.com/nvidia\n    helm repo update\n"
+            "    helm install --wait --generate-name -n gpu-operator --create-namespace nvidia/gpu-operator "
+            "--version v25.10.1 -f kubernetes/gpu-operator-values.yaml\n") in section
+    assert f"    cd {out}\n    kubectl apply -f kubernetes/verify-job.yaml\n" in section
+    assert "past its end of support" in section and "debian-13 is not among the systems" in section
+
+
+def test_without_kubernetes_there_is_no_kubernetes_directory(tmp_path: Path):
+    out = _render(tmp_path)
+    assert not (out / "kubernetes").exists() and "helm" not in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize(("profile", "says"), [
+    ("aws-p2", "aws-p2: --kubernetes: no GPU Operator release validates driver branch R470, the plan's for Tesla K80"),
+    ("jetson-orin-nano", "jetson-orin-nano: --kubernetes: the GPU Operator supports discrete GPUs only"),
+    ("colab", "colab: --kubernetes: a Colab runtime is a notebook VM Google runs"),
+])
+def test_kubernetes_is_refused_in_one_line_before_anything_is_written(tmp_path: Path, profile: str, says: str):
+    out = tmp_path / "rendered"
+    result = CliRunner().invoke(app, ["render", str(ROOT / f"profiles/{profile}.yaml"), "--skip-frameworks",
+                                      "-o", str(out), "--kubernetes"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "what would work" in lines[0], result.output
+    assert not out.exists()
