@@ -79,7 +79,7 @@ def render(
     operator = None
     if kubernetes:  # refused before anything is written: no GPU Operator release for this plan, or a Jetson
         from provision.compat import load_db
-        from provision.gpu_operator import choose_operator, load_gpu_operator
+        from provision.resolver.gpu_operator import choose_operator, load_gpu_operator
 
         operator = choose_operator(result, load_gpu_operator(), load_db().branches)
     files = render_ansible(result, output, inventory=inventory, skip_frameworks=skip_frameworks)

@@ -14,7 +14,7 @@ from typing import Any
 
 from provision import __version__
 from provision.errors import printable
-from provision.gpu_operator import OperatorChoice
+from provision.resolver.gpu_operator import OperatorChoice
 from provision.models import Plan
 from provision.render.ansible import write_yaml
 from provision.render.docker import image_account

@@ -1,4 +1,4 @@
-"""`provision render --kubernetes`: the GPU Operator release for a plan (provision.gpu_operator, on fixture tables),
+"""`provision render --kubernetes`: the GPU Operator release for a plan (provision.resolver.gpu_operator, on fixture tables),
 the rendered files (golden files of the shipped profiles; refresh with `pytest --update-golden`), and their offline
 validation: the Job against Kubernetes' OpenAPI schemas (kubernetes-validate's strict variants) and the Helm values
 against the chart they are for (its values.yaml, the template that writes them into the ClusterPolicy, and the
@@ -20,7 +20,7 @@ from kubernetes_validate.utils import all_versions
 
 from provision.compat import Branch, load_db
 from provision.errors import IncompatibleError
-from provision.gpu_operator import GpuOperatorData, choose_operator, load_gpu_operator
+from provision.resolver.gpu_operator import GpuOperatorData, choose_operator, load_gpu_operator
 from provision.models import Plan
 from provision.render.docker import render_dockerfile
 from provision.render.kubernetes import helm_values, job_name, readme_section, verify_job, write_kubernetes
