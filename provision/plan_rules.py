@@ -130,9 +130,18 @@ _platform = _pattern(re.compile(r"linux/(?:amd64|arm64)"), "linux/amd64 or linux
 _branch = _pattern(re.compile(r"[0-9]{3}"), "a driver branch (three digits)")
 _fingerprint = _pattern(re.compile(r"[0-9A-F]{40}"), "an OpenPGP fingerprint (40 upper-case hex digits)")
 _cpu_flag = _pattern(re.compile(r"[a-z0-9_.]{1,32}"), "a CPU flag")
-# An argument of `docker run` / `podman run` (--device, nvidia.com/gpu=all, -e, NVIDIA_VISIBLE_DEVICES=...): one shell word.
-_run_arg = _pattern(re.compile(r"-{0,2}[A-Za-z0-9][A-Za-z0-9._/=:,-]{0,127}"),
-                    "a container run argument (letters, digits and ._/=:,-)")
+# How a container gets the GPU (`docker run` / `podman run` arguments): only the options that name a GPU, never one that
+# widens what a container may do (--privileged, -v /:/host): --device and -e with a CDI device name, --runtime nvidia.
+CDI_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,62}/[a-z0-9][a-z0-9-]{0,62}=[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
+
+
+def _run_arg(value: str) -> str | None:
+    if value in ("--device", "--runtime", "-e", "nvidia") or CDI_NAME.fullmatch(value):
+        return None
+    if value.startswith("NVIDIA_VISIBLE_DEVICES=") and CDI_NAME.fullmatch(value.split("=", 1)[1]):
+        return None
+    return ("is not a GPU argument of a container run (--device, --runtime nvidia, -e NVIDIA_VISIBLE_DEVICES=, a CDI "
+            "device name such as nvidia.com/gpu=all)")
 
 # Field path (list indices as "*") -> rule. Strings in fields not named here are held to the common rule only:
 # one line, no control characters, no Jinja delimiters (reasons and warnings are prose, shown, never rendered).

