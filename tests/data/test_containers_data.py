@@ -92,3 +92,47 @@ def test_the_facts_the_reasons_quote_have_sources(name):
     assert C is not None
     fact = C.facts[name]
     assert fact.text and fact.source.startswith("https://") and fact.checked.startswith("20")
+
+
+REQUESTS = ("docker", "docker-ce", "podman", "containerd")
+
+
+@pytest.mark.parametrize("os_id", sorted(s.os_id for s in DB.systems))
+def test_every_request_on_every_os_release_plans_or_is_refused_on_one_line(os_id):
+    """The live rows through the resolver (and the plan's allow-list): each request on each OS release the database
+    offers either plans containers that match its row, or is refused by the containers step in one line."""
+    from provision.errors import IncompatibleError
+    from provision.models import Profile
+    from provision.resolver import resolve
+
+    assert C is not None
+    dist, rel = os_id.split("-")
+    refused = set()
+    for request in REQUESTS:
+        prof = Profile.model_validate({
+            "name": "t", "hardware": {"gpu": {"model": "Tesla T4"}, "cpu": {"model": "CPU", "flags": ["avx", "avx2"]},
+                                      "memory_gb": 16},
+            "target": {"kind": "baremetal", "os": {"distribution": dist, "release": rel}},
+            "software": {"containers": request, "jupyter": {"enabled": False}},
+        })
+        try:
+            plan = resolve(prof, DB)
+        except IncompatibleError as exc:
+            assert len(exc.lines()) == 1 and "\n" not in exc.lines()[0]
+            if exc.message.startswith(f"software.containers {request}"):
+                refused.add(request)
+            continue
+        c = plan.containers
+        assert c is not None and c.toolkit.packages == ("nvidia-container-toolkit-base=1.20.0-1",)
+        if request == "docker-ce":
+            assert c.engine_source == "docker-ce" and c.cdi
+        else:
+            row = C.engine(os_id, request)
+            assert row is not None and (c.engine_packages, c.engine_version) == (row.packages, row.version)
+    expected = {r for r in ("docker", "podman", "containerd") if C.engine(os_id, r) is None}
+    if os_id not in C.docker_ce.os_ids:
+        expected.add("docker-ce")
+    podman = C.engine(os_id, "podman")
+    if podman is not None and V(podman.version) < V("4.1"):
+        expected.add("podman")
+    assert refused == expected
