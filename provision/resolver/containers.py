@@ -62,15 +62,18 @@ def plan_containers(profile: Profile, db: CompatDB, os_id: str, jp: JetPack | No
         assert jp is not None  # a Jetson target has its JetPack release
         plan = _jetson(data, jp, source, packages, version, repo, choice)
     else:
-        toolkit = _toolkit(profile, data, where, choice)
+        toolkit, toolkit_reason = _toolkit(profile, data, where)
         cdi_row = data.cdi_support(engine)
-        native = cdi_row is not None and (version is None or V(version) >= V(cdi_row.min_version))
+        if cdi_row is None:
+            raise IncompatibleError(f"software.containers {request}: the database does not say from which version "
+                                    f"{engine} has CDI", alternatives=["remove software.containers"], where=where)
+        native = version is None or V(version) >= V(cdi_row.min_version)
         shown = f"{'/'.join(packages[:1])} {version}" if version else "Docker's repository's newest"
         if engine == "docker":
             plan = _docker(data, os_id, shown, native, toolkit, source, packages, version, repo, choice)
+            choice.reasons.insert(-1, toolkit_reason)  # before the docker-group line, which ends the reasons
         elif engine == "podman":
             if not native:
-                assert cdi_row is not None
                 better = sorted(e.os_id for e in data.engines
                                 if e.engine == "podman" and V(e.version) >= V(cdi_row.min_version))
                 raise IncompatibleError(
@@ -80,7 +83,6 @@ def plan_containers(profile: Profile, db: CompatDB, os_id: str, jp: JetPack | No
                                   f"({', '.join(better)})"],
                     where=where,
                 )
-            assert cdi_row is not None
             plan = ContainersPlan(
                 engine="podman", engine_source="distribution", engine_packages=packages, engine_version=version,
                 cdi=True, gpu_run_args=CDI_ARGS, rootless_user=user,
@@ -94,7 +96,6 @@ def plan_containers(profile: Profile, db: CompatDB, os_id: str, jp: JetPack | No
                 source=cdi_row.source,
             ))
         else:  # containerd: a Kubernetes node
-            assert cdi_row is not None
             plan = ContainersPlan(
                 engine="containerd", engine_source="distribution", engine_packages=packages, engine_version=version,
                 cdi=native, gpu_run_args=(),
@@ -111,6 +112,8 @@ def plan_containers(profile: Profile, db: CompatDB, os_id: str, jp: JetPack | No
                 "and toolkit off), as its cdi.enabled mode configures a node",
                 source=cdi_row.source,
             ))
+        if engine != "docker":
+            choice.reasons.append(toolkit_reason)
     choice.plan = plan
     return choice
 
@@ -186,7 +189,7 @@ def _docker(data: Containers, os_id: str, shown: str, native: bool, toolkit: Con
             packages: tuple[str, ...], version: str | None, repo: AptRepoPlan | None,
             choice: ContainersChoice) -> ContainersPlan:
     cdi_row = data.cdi_support("docker")
-    assert cdi_row is not None
+    assert cdi_row is not None  # checked by the caller
     if native:
         plan = ContainersPlan(
             engine="docker", engine_source=source, engine_packages=packages, engine_version=version,
@@ -237,7 +240,7 @@ def _docker_group(data: Containers, choice: ContainersChoice) -> None:
     )
 
 
-def _toolkit(profile: Profile, data: Containers, where: str, choice: ContainersChoice) -> ContainerToolkitPlan:
+def _toolkit(profile: Profile, data: Containers, where: str) -> tuple[ContainerToolkitPlan, Reason]:
     tk = data.toolkit
     arch = profile.target.arch
     directory = tk.arch_dirs.get(arch)
@@ -247,7 +250,7 @@ def _toolkit(profile: Profile, data: Containers, where: str, choice: ContainersC
     repo = AptRepoPlan(url=tk.url.format(arch=directory), key_url=tk.key_url, key_fingerprint=tk.key_fingerprint,
                        name=tk.name)
     packages = tuple(f"{p}={tk.package_version}" for p in tk.packages)
-    choice.reasons.append(Reason(
+    reason = Reason(
         component="container-toolkit",
         choice=f"NVIDIA Container Toolkit {tk.version}: {' '.join(packages)} from {repo.url}",
         why="the base package only (nvidia-container-runtime, nvidia-ctk, nvidia-cdi-hook, the nvidia-cdi-refresh "
@@ -256,9 +259,9 @@ def _toolkit(profile: Profile, data: Containers, where: str, choice: ContainersC
         f"and #251); its key ({tk.key_url}) is used only when its fingerprint is {tk.key_fingerprint}: "
         f"{tk.key_fingerprint_from} (confidence: {tk.confidence})",
         source=tk.source,
-    ))
+    )
     return ContainerToolkitPlan(version=tk.version, source="nvidia-repo", packages=packages, repo=repo, mode="cdi",
-                                runtime_configure="docker")
+                                runtime_configure="docker"), reason
 
 
 def _jetson(data: Containers, jp: JetPack, source: EngineSource, packages: tuple[str, ...], version: str | None,
