@@ -19,6 +19,7 @@ from pydantic import (
     StringConstraints,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -39,6 +40,8 @@ UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]$")]
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
 IndexName = Literal["pypi", "pytorch"]
+# software.containers: `docker` is the distribution's docker.io, `docker-ce` Docker's own repository.
+ContainersRequest = Literal["none", "docker", "docker-ce", "podman", "containerd"]
 FrameworkName = Literal["pytorch", "tensorflow", "jax"]
 # An index URL reaches pip's command line and pip.conf: http(s), no spaces, quotes or shell characters; {variant}
 # is the only brace.
@@ -180,6 +183,12 @@ class Software(_Strict):
     devel: bool = Field(
         False,
         description="Install the CUDA compiler toolchain (nvcc) on hosts and keep it in images (runtime only when false).",
+    )
+    containers: ContainersRequest = Field(
+        "none",
+        description="GPU containers on the host: docker (the distribution's docker.io), docker-ce (Docker's own "
+        "repository), podman (rootless, for software.user) or containerd (a Kubernetes node), each with NVIDIA's "
+        "Container Toolkit; none (the default) plans no container engine.",
     )
     python_mirror: str | None = Field(
         None,
@@ -417,6 +426,32 @@ class ImagePlan(_Frozen):
     apt_repository: AptRepoPlan | None = None
 
 
+class ContainerToolkitPlan(_Frozen):
+    """NVIDIA's Container Toolkit on the host (data/containers.yaml toolkit, or JetPack's packages on a Jetson)."""
+
+    version: str | None  # "1.20.0"; None on a Jetson: the JetPack release's own, not pinned
+    source: Literal["nvidia-repo", "jetpack"]
+    packages: tuple[str, ...]  # apt packages, pinned (`nvidia-container-toolkit-base=1.20.0-1`) from NVIDIA's repository
+    repo: AptRepoPlan | None  # NVIDIA's libnvidia-container repository; None on a Jetson (JetPack's own is there)
+    mode: Literal["cdi", "csv"]  # csv: Tegra, the runtime mounts what the CSV files list
+    runtime_configure: Literal["docker", "containerd", "none"]  # `nvidia-ctk runtime configure --runtime=X`
+    runtime_mode: Literal["cdi"] | None = None  # the nvidia runtime's mode in config.toml, where the engine uses it
+
+
+class ContainersPlan(_Frozen):
+    """The container engine and how its containers get the GPU (software.containers, issue 51)."""
+
+    engine: Literal["docker", "podman", "containerd"]
+    engine_source: Literal["distribution", "docker-ce", "jetpack"]
+    engine_packages: tuple[str, ...]
+    engine_version: str | None  # the version the OS release ships (data); None for docker-ce (the repository's newest)
+    engine_repo: AptRepoPlan | None = None  # docker-ce: Docker's repository, its key checked by fingerprint
+    cdi: bool  # the engine requests devices by CDI name itself (docker >= 25 with features.cdi, podman >= 4.1)
+    gpu_run_args: tuple[str, ...]  # how a container gets the GPU here: --device nvidia.com/gpu=all, --runtime nvidia
+    rootless_user: str | None = None  # podman: the account that runs its containers rootless
+    toolkit: ContainerToolkitPlan
+
+
 class Plan(_Frozen):
     schema_version: int = 1
     profile: str
@@ -437,6 +472,16 @@ class Plan(_Frozen):
     reasons: tuple[Reason, ...]
     warnings: tuple[str, ...]
     indexes: tuple[IndexPlan, ...] = ()  # () in plans recorded before indexes were planned: PyPI and PyTorch's own
+    # software.containers; None (none, and plans recorded before issue 51). Left out of the plan's JSON when None, so
+    # a plan without containers dumps, digests and fingerprints as it did before the field existed.
+    containers: ContainersPlan | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_containers(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("containers", ...) is None:
+            del data["containers"]
+        return data
 
     @property
     def pip_index_url(self) -> str | None:

@@ -130,6 +130,18 @@ _platform = _pattern(re.compile(r"linux/(?:amd64|arm64)"), "linux/amd64 or linux
 _branch = _pattern(re.compile(r"[0-9]{3}"), "a driver branch (three digits)")
 _fingerprint = _pattern(re.compile(r"[0-9A-F]{40}"), "an OpenPGP fingerprint (40 upper-case hex digits)")
 _cpu_flag = _pattern(re.compile(r"[a-z0-9_.]{1,32}"), "a CPU flag")
+# How a container gets the GPU (`docker run` / `podman run` arguments): only the options that name a GPU, never one that
+# widens what a container may do (--privileged, -v /:/host): --device and -e with a CDI device name, --runtime nvidia.
+CDI_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,62}/[a-z0-9][a-z0-9-]{0,62}=[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
+
+
+def _run_arg(value: str) -> str | None:
+    if value in ("--device", "--runtime", "-e", "nvidia") or CDI_NAME.fullmatch(value):
+        return None
+    if value.startswith("NVIDIA_VISIBLE_DEVICES=") and CDI_NAME.fullmatch(value.split("=", 1)[1]):
+        return None
+    return ("is not a GPU argument of a container run (--device, --runtime nvidia, -e NVIDIA_VISIBLE_DEVICES=, a CDI "
+            "device name such as nvidia.com/gpu=all)")
 
 # Field path (list indices as "*") -> rule. Strings in fields not named here are held to the common rule only:
 # one line, no control characters, no Jinja delimiters (reasons and warnings are prose, shown, never rendered).
@@ -190,6 +202,18 @@ RULES: dict[tuple[str, ...], Rule] = {
     ("image", "apt_repository", "key_url"): _url,
     ("image", "apt_repository", "key_fingerprint"): _fingerprint,
     ("image", "apt_repository", "name"): _token,
+    # software.containers (issue 51): the values reach the container roles' variables and the commands they run.
+    **{("containers", f): _token for f in ("engine", "engine_source")},
+    ("containers", "engine_packages", "*"): _apt,
+    ("containers", "engine_version"): _version,
+    ("containers", "gpu_run_args", "*"): _run_arg,
+    ("containers", "rootless_user"): _user,
+    **{("containers", "toolkit", f): _token for f in ("source", "mode", "runtime_configure", "runtime_mode")},
+    ("containers", "toolkit", "version"): _version,
+    ("containers", "toolkit", "packages", "*"): _apt,
+    **{("containers", *part, "repo" if part else "engine_repo", f): rule
+       for part in ((), ("toolkit",))
+       for f, rule in (("url", _url), ("key_url", _url), ("key_fingerprint", _fingerprint), ("name", _token))},
 }
 # Fields whose rule depends on a sibling: the part's packages are pip requirements when its source is pypi.
 SIBLING_RULES: dict[tuple[str, ...], Callable[[str, dict[str, Any]], str | None]] = {

@@ -62,6 +62,8 @@ def plan_text(plan: Plan, *, explain: bool = False) -> list[str]:
     )
     lines.append(f"  image      {plan.image.base_image} ({plan.image.platform})")
     lines.append(f"  verify     kernels for {plan.verify.target_arch}, driver >= {d.min_version or d.version or '-'}")
+    if plan.containers is not None:
+        lines.append(containers_line(plan))
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     if explain:
@@ -72,6 +74,27 @@ def plan_text(plan: Plan, *, explain: bool = False) -> list[str]:
             lines.append(f"      because {r.why}")
             lines.append(f"      source: {r.source}")
     return lines
+
+
+def containers_line(plan: Plan) -> str:
+    """The plan's containers in one line: the engine, where it comes from, how a container gets the GPU, the toolkit."""
+    c = plan.containers
+    assert c is not None
+    t = c.toolkit
+    where = {"distribution": f"from {plan.target.os_id}", "docker-ce": "from Docker's repository",
+             "jetpack": "from JetPack"}[c.engine_source]
+    engine = f"{c.engine} {c.engine_version}" if c.engine_version else c.engine
+    rootless = f" rootless for {c.rootless_user}" if c.rootless_user else ""
+    if t.mode == "csv":
+        how = "JetPack's toolkit in csv mode"
+    elif c.cdi:
+        how = "CDI" + (" in the CRI plugin, nvidia runtime handler in cdi mode" if c.engine == "containerd" else "")
+    else:
+        how = "the nvidia runtime in cdi mode"
+    run = f": {c.engine} run {' '.join(c.gpu_run_args)}" if c.gpu_run_args else ""
+    toolkit = f"toolkit {t.version}" if t.version else "JetPack's toolkit"
+    return (f"  containers {engine}{rootless} ({' '.join(c.engine_packages)} {where}), {how}{run}; "
+            f"{toolkit} ({' '.join(t.packages)})")
 
 
 def gpu_rows(db: CompatDB) -> list[dict[str, Any]]:

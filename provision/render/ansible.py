@@ -88,6 +88,8 @@ def record_packages(plan: Plan) -> list[str]:
         names += plan.cudnn.packages
     if nvidia_repo_planned(plan):
         names.append(nvidia_keyring_package())
+    if plan.containers is not None:  # the engine and the toolkit: a plan that drops containers removes them
+        names += [*plan.containers.engine_packages, *plan.containers.toolkit.packages]
     return sorted({n.split("=")[0] for n in names if n})
 
 
@@ -356,6 +358,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
     for role in ("nvidia_driver", "cuda", "cudnn"):
         out.update(nvidia_repo_vars(role))
     out.update(preflight_vars(plan))
+    out.update(containers_vars(plan))
     out["host_record_plan"] = {
         "profile": plan.profile,
         "digest": plan_digest(plan),
@@ -380,6 +383,41 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         out["gpu_verify_fetch_dir"] = fetch_dir
         out["host_record_fetch_dir"] = fetch_dir
     return out
+
+
+def containers_vars(plan: Plan) -> dict[str, Any]:
+    """The inputs of roles/container_engine and roles/nvidia_container_toolkit (CONTAINERS-INTERFACE.md), only where
+    the Plan has containers: a plan without them renders the same variables, and fingerprints the same, as before.
+    Paths and timeouts (daemon.json, the CDI spec directory, the apt lock) are the roles' defaults."""
+    c = plan.containers
+    if c is None:
+        return {}
+    t = c.toolkit
+    engine_repo, toolkit_repo = c.engine_repo, t.repo
+    return {
+        "container_engine_enabled": True,
+        "container_engine_name": c.engine,
+        "container_engine_source": c.engine_source,
+        "container_engine_packages": list(c.engine_packages),
+        "container_engine_version": c.engine_version or "",
+        "container_engine_repo_url": engine_repo.url if engine_repo else "",
+        "container_engine_repo_key_url": engine_repo.key_url if engine_repo else "",
+        "container_engine_repo_key_fingerprint": engine_repo.key_fingerprint if engine_repo else "",
+        "container_engine_repo_name": engine_repo.name if engine_repo else "",
+        "container_engine_cdi": c.cdi,
+        "container_engine_rootless_user": c.rootless_user or "",
+        "nvidia_container_toolkit_enabled": True,
+        "nvidia_container_toolkit_version": t.version or "",
+        "nvidia_container_toolkit_source": t.source,
+        "nvidia_container_toolkit_packages": list(t.packages),
+        "nvidia_container_toolkit_repo_url": toolkit_repo.url if toolkit_repo else "",
+        "nvidia_container_toolkit_repo_key_url": toolkit_repo.key_url if toolkit_repo else "",
+        "nvidia_container_toolkit_repo_key_fingerprint": toolkit_repo.key_fingerprint if toolkit_repo else "",
+        "nvidia_container_toolkit_repo_name": toolkit_repo.name if toolkit_repo else "",
+        "nvidia_container_toolkit_mode": t.mode,
+        "nvidia_container_toolkit_runtime_configure": t.runtime_configure,
+        "nvidia_container_toolkit_runtime_mode": t.runtime_mode or "",
+    }
 
 
 def preflight_vars(plan: Plan) -> dict[str, Any]:

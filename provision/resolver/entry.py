@@ -31,6 +31,7 @@ from provision.resolver.common import (
     verify_plan,
     warn_hardware,
 )
+from provision.resolver.containers import ContainersChoice, plan_containers
 from provision.resolver.context import Ctx, Interconnect, ManagedChoice
 from provision.resolver.installable import resolve_installable
 from provision.resolver.jetson import jetpack_target, resolve_jetson
@@ -230,6 +231,8 @@ def _resolve_one(
     system = db.system(os_id)
     if system is None and target.kind not in ("colab", "jetson"):
         raise IncompatibleError(f"no data for {os_id}", alternatives=[s.os_id for s in db.systems], where=profile.name)
+    # Before the stack: a request for containers the target cannot have is refused on its own line.
+    containers = plan_containers(profile, db, os_id, jp)
     if target.kind == "jetson":
         assert jp is not None  # refused above when unknown
         python = jp.python
@@ -238,8 +241,9 @@ def _resolve_one(
     else:
         assert system is not None  # refused above for every kind but colab and jetson
         return _resolve_installable_python(profile, db, gpu, count, interconnect, inst_reason, profile_path, jp,
-                                           os_id, system)
-    return _resolve_with(profile, db, gpu, count, interconnect, inst_reason, profile_path, jp, os_id, system, python)
+                                           os_id, system, containers)
+    return _resolve_with(profile, db, gpu, count, interconnect, inst_reason, profile_path, jp, os_id, system, python,
+                         containers=containers)
 
 
 def _managed(db: CompatDB, profile: Profile, minor: str, why: str) -> ManagedChoice:
@@ -251,7 +255,7 @@ def _managed(db: CompatDB, profile: Profile, minor: str, why: str) -> ManagedCho
 
 def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count: int, interconnect: Interconnect,
                                 inst_reason: Reason | None, profile_path: str | None, jp, os_id: str,
-                                system: OSRow) -> Plan:
+                                system: OSRow, containers: ContainersChoice | None = None) -> Plan:
     """A host or instance: the distribution's python3 where it fits every pin (the framework's Python range,
     Jupyter's, software.python), else the newest python-build-standalone CPython that does (a managed one)."""
     args = (profile, db, gpu, count, interconnect, inst_reason, profile_path, jp, os_id, system)
@@ -275,9 +279,9 @@ def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count:
                 where=profile.name,
             )
         choice = _managed(db, profile, fitting[0], f"software.python pins {pin}; {os_id} has {system.python}")
-        return _resolve_with(*args, fitting[0], choice)
+        return _resolve_with(*args, fitting[0], choice, containers=containers)
     try:
-        return _resolve_with(*args, system.python)
+        return _resolve_with(*args, system.python, containers=containers)
     except IncompatibleError as exc:
         if pin:  # the pin is the distribution's Python: it holds, and so does the refusal
             raise
@@ -286,7 +290,7 @@ def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count:
                 continue
             choice = _managed(db, profile, minor, f"{exc.message}; {os_id} has {system.python}")
             try:
-                plan = _resolve_with(*args, minor, choice)
+                plan = _resolve_with(*args, minor, choice, containers=containers)
             except IncompatibleError:
                 continue
             return plan
@@ -295,7 +299,8 @@ def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count:
 
 def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, interconnect: Interconnect,
                   inst_reason: Reason | None, profile_path: str | None, jp, os_id: str, system: OSRow | None,
-                  python: str, managed: ManagedChoice | None = None) -> Plan:
+                  python: str, managed: ManagedChoice | None = None,
+                  containers: ContainersChoice | None = None) -> Plan:
     """One plan on one Python: the distribution's or platform's (managed None), or a managed one."""
     target = profile.target
     indexes, index_plans = plan_indexes(profile, db)
@@ -363,6 +368,9 @@ def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, intercon
         jetpack=jp.jetpack if jp else None,
         l4t=jp.l4t if jp else None,
     )
+    if containers is not None:  # its reasons and warnings last: a plan without containers reads as before
+        ctx.reasons += containers.reasons
+        ctx.warnings += containers.warnings
     return Plan(
         profile=profile.name,
         profile_path=profile_path,
@@ -395,6 +403,7 @@ def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, intercon
         reasons=tuple(ctx.reasons),
         warnings=tuple(ctx.warnings),
         indexes=index_plans,
+        containers=containers.plan if containers is not None else None,
     )
 
 
