@@ -156,7 +156,7 @@ def compare(
     for header in ("GB", "TFLOPS", "buy $", "own $/h", "rent $/h"):
         table.add_column(header, justify="right", no_wrap=True)
     for x in lines:
-        table.add_row(x.profile, x.gpu if x.count == 1 else f"{x.count} x {x.gpu}", f"{x.vram_gb:g}",
+        table.add_row(x.profile, x.gpu if x.count == 1 else f"{x.count} x {x.gpu}", f"{x.vram_gb:g}" if x.vram_gb is not None else "?",
                       f"{x.fp32_tflops:.2f}" if x.fp32_tflops is not None else "?",
                       f"{x.purchase_usd:,.0f}" if x.purchase_usd is not None else "-",
                       f"{x.own_usd_hr:.3f}" if x.own_usd_hr is not None else "-",
