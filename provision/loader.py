@@ -470,7 +470,11 @@ def _check_gpu(spec: GPUSpec, at: Path_, db: CompatDB, add) -> None:
             add((*at, "pci_id"), f"no GPU with PCI device ID {spec.pci_id} in NVIDIA's driver list ({lists})",
                 "check it with `lspci -nn -d 10de:`, or give hardware.gpu.model and compute_capability")
             return
-        if spec.model is not None and db.resolve_gpu(spec.model) not in (None, db.resolve_gpu(spec.pci_id)):
+        by_name = db.resolve_gpu(spec.model) if spec.model is not None else None
+        by_id = db.resolve_gpu(spec.pci_id)
+        id_names = {" ".join(d.name.lower().split()) for d in db.devices().by_id.get(int(spec.pci_id, 16), ())}
+        if (spec.model is not None and by_name is not None and (by_id is None or by_name.model != by_id.model)
+                and " ".join(spec.model.lower().split()) not in id_names):
             add((*at, "model"), f"'{spec.model}' is not the GPU with PCI device ID {spec.pci_id} ({dev.name})",
                 "remove one of them, or make them agree")
             return
