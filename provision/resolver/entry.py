@@ -65,8 +65,9 @@ def listed_gpu(spec: GPUSpec, db: CompatDB) -> GPU | None:
     row = db.resolve_gpu(spec.name)
     if row is None or row.confidence != "driver-list":
         return row
-    given = {k: v for k, v in (("memory_gb", spec.memory_gb), ("bandwidth_gbps", spec.bandwidth_gbps),
-                               ("fp32_tflops", spec.fp32_tflops)) if v is not None}
+    given: dict[str, float | str] = {k: v for k, v in (("memory_gb", spec.memory_gb),
+                                                        ("bandwidth_gbps", spec.bandwidth_gbps),
+                                                        ("fp32_tflops", spec.fp32_tflops)) if v is not None}
     if "memory_gb" in given and row.memory_gb is None:
         given["note"] = "memory from the profile (hardware.gpu.memory_gb): the SKU's memory varies"
     return row.model_copy(update=given) if given else row
