@@ -556,7 +556,7 @@ def _exact(name: str) -> str:
 
 
 def _family(chip: str) -> str:
-    """gpus.yaml's chip ('GP104', 'GK110B', 'GA107GL') as the family id_ranges names."""
+    """gpus.yaml's chip ('GP104', 'GK110B', 'GA107GL') as the family pci_ids.id_ranges names."""
     return re.sub(r"(GLM|GL|BM|M)$", "", chip.split()[0]) if chip else chip
 
 
@@ -630,7 +630,7 @@ def _read_devices(path: Path) -> DeviceTable:
     try:
         meta = _read(path / "nvidia_devices.yaml")
         families = {f["chip"]: f for f in meta["families"]}
-        ranges = sorted((int(r["first"], 16), int(r["last"], 16), r["chip"]) for r in meta["id_ranges"])
+        ranges = sorted((int(r["first"], 16), int(r["last"], 16), r["chip"]) for r in meta["pci_ids"]["id_ranges"])
         firsts = [r[0] for r in ranges]
         devices: list[Device] = []
         for lst in meta["driver_lists"]:

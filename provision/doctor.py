@@ -465,7 +465,7 @@ def match_profiles(machine: Machine, profiles: list[tuple[Path, Any]], db: Any =
     gpu_names = {_canonical_gpu(g.name, db) for g in machine.gpus}
     matches = []
     for path, prof in profiles:
-        gpu = _canonical_gpu(prof.hardware.gpu.model, db) in gpu_names
+        gpu = _canonical_gpu(prof.hardware.gpu.name, db) in gpu_names
         arch = machine.arch == prof.target.arch
         os_ = machine.os_id == f"{prof.target.os.distribution}-{prof.target.os.release}"
         matches.append(

@@ -1,4 +1,4 @@
-"""Write the `id_ranges` of provision/data/nvidia_devices.yaml from a driver's supported-gpus.json and pci.ids.
+"""Write `pci_ids.id_ranges` of provision/data/nvidia_devices.yaml from a driver's supported-gpus.json and pci.ids.
 
     python scripts/device_ranges.py SUPPORTED_GPUS_JSON[.gz] PCI_IDS > ranges.yaml
 
@@ -66,7 +66,7 @@ def main(json_path: str, pci_ids: str) -> None:
             ranges.append([devid, devid, chip])
     print(f"# {len(ranges)} ranges from pci.ids {version}")
     for first, last, chip in ranges:
-        print(f'  - {{first: "0x{first:04X}", last: "0x{last:04X}", chip: "{chip}"}}')
+        print(f'    - {{first: "0x{first:04X}", last: "0x{last:04X}", chip: "{chip}"}}')
 
 
 if __name__ == "__main__":

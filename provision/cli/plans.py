@@ -50,7 +50,7 @@ def validate(
         except ProfileError as exc:
             problems += exc.lines()
             continue
-        out.print(f"ok: {path}: {profile.name} ({profile.hardware.gpu.model}, {profile.target.kind})", markup=False)
+        out.print(f"ok: {path}: {profile.name} ({profile.hardware.gpu.name}, {profile.target.kind})", markup=False)
     if problems:
         raise ProfileError([Problem(line) for line in problems])
 
