@@ -6,10 +6,12 @@ Every row carries `source` (URL) and `checked` (date). Nothing here decides anyt
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -36,7 +38,7 @@ class GPU(_Row):
     chip: str
     cc: str
     segment: Literal["geforce", "datacenter", "tegra"]
-    memory_gb: float
+    memory_gb: float | None  # None only in a driver-list row whose SKU's memory varies and no source gives
     # None only in the row made for a GPU a profile describes (resolver.entry.described_gpu); every row of
     # data/gpus.yaml has them (tests/data).
     bandwidth_gbps: float | None
@@ -48,6 +50,10 @@ class GPU(_Row):
     boost_mhz: float | None = None
     nvswitch_gpus: int | None = None  # GPUs on the vendor's NVSwitch baseboard (HGX/DGX): Fabric Manager at that count
     kernel_modules: tuple[KernelModule, ...] | None = None  # narrower than its architecture's (GH200: open only)
+    # Rows made from NVIDIA's driver list (data/nvidia_devices.yaml): the PCI device ID, and the legacy branch that
+    # is the GPU's last driver ("470"); None: a current branch drives it, or the row is one of gpus.yaml's.
+    pci_id: str | None = None
+    legacy_branch: str | None = None
 
     @property
     def sm(self) -> str:
@@ -83,7 +89,10 @@ class Branch(_Row):
     max_cc: str
 
     def drives(self, gpu: GPU) -> bool:
-        """Whether this driver branch supports the GPU's compute capability."""
+        """Whether this driver branch supports the GPU's compute capability, and is not newer than the legacy
+        branch NVIDIA's driver list names as the GPU's last (`legacybranch`)."""
+        if gpu.legacy_branch is not None and V(self.branch) > V(gpu.legacy_branch):
+            return False
         return V(self.min_cc) <= V(gpu.cc) <= V(self.max_cc)
 
 
@@ -517,6 +526,9 @@ class CompatDB(BaseModel):
     host_units: dict[str, HostUnit] = {}
     venv_files: dict[str, HostPath] = {}  # what the roles write in the environment, relative to it (data/paths.yaml)
     containers: Containers | None = None  # data/containers.yaml; None: a database without it plans no containers
+    # Where data/nvidia_devices.yaml and the driver lists it names are: read on first use only (devices()), as most
+    # commands never look past gpus.yaml. None (fixture databases): no driver list.
+    devices_root: str | None = None
 
     # --- look-ups -------------------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPU | None:
@@ -538,6 +550,39 @@ class CompatDB(BaseModel):
             if row is not None:
                 return row
         return None
+
+    def devices(self) -> DeviceTable:
+        """NVIDIA's driver lists with each device's chip, architecture and compute capability (read once)."""
+        return device_table(self.devices_root)
+
+    def device(self, name: str) -> Device | None:
+        """A driver-list device by the name nvidia-smi prints (case and spacing aside) or by PCI device ID
+        ('0x1DB1'). Where one name covers several device IDs, the first; they share chip family (tests/data)."""
+        table = self.devices()
+        if _PCI_ID.match(name.strip()):
+            found = table.by_id.get(int(name.strip(), 16))
+        else:
+            found = table.by_name.get(_exact(name)) or table.by_norm.get(_norm(name))
+        return found[0] if found else None
+
+    def resolve_gpu(self, name: str) -> GPU | None:
+        """The row for a name or PCI device ID: gpus.yaml's row by model or alias; else the driver list's device,
+        as gpus.yaml's row where the name's prefix names one on the same chip family and compute capability
+        ('NVIDIA H100 80GB HBM3'), else a row made from the list (chip, architecture, compute capability, legacy
+        branch, kernelopen); None where neither knows it."""
+        if not _PCI_ID.match(name.strip()):
+            row = self.gpu(name)
+            if row is not None:
+                return row
+        dev = self.device(name)
+        if dev is None:
+            return None
+        if not _PCI_ID.match(name.strip()) and len({d.cc for d in self.devices().chips_named(name)}) > 1:
+            return None  # NVIDIA reused the name for chips of different compute capability: the PCI ID decides
+        row = self.gpu(dev.name) or self.gpu_by_device_name(dev.name)
+        if row is not None and row.cc == dev.cc and _family(row.chip) == dev.chip:
+            return row
+        return device_gpu(dev)
 
     def python_build(self, minor: str, arch: str) -> PythonBuild | None:
         """The newest python-build-standalone archive of a minor version ("3.11") for an architecture."""
@@ -591,7 +636,147 @@ _VARIANT_WORDS = {"laptop", "mobile", "max-q", "maxq", "notebook"}
 
 
 def _norm(name: str) -> str:
-    return " ".join(name.lower().replace("nvidia ", "").replace("geforce ", "").split())
+    """'NVIDIA Tesla V100-SXM2-16GB' and 'Tesla V100 SXM2 16GB' are one name: case, 'NVIDIA'/'GeForce' and the
+    hyphens nvidia-smi puts between a model's words aside."""
+    return " ".join(name.lower().replace("-", " ").replace("nvidia ", "").replace("geforce ", "").split())
+
+
+def _exact(name: str) -> str:
+    return " ".join(name.lower().split())
+
+
+def _family(chip: str) -> str:
+    """gpus.yaml's chip ('GP104', 'GK110B', 'GA107GL') as the family pci_ids.id_ranges names."""
+    return re.sub(r"(GLM|GL|BM|M)$", "", chip.split()[0]) if chip else chip
+
+
+_PCI_ID = re.compile(r"^0[xX][0-9a-fA-F]{4}$")
+
+
+class Device(NamedTuple):
+    """One entry of a driver's supported-gpus.json with what data/nvidia_devices.yaml says of its chip (a tuple,
+    not a validated model: 2224 of them are built in a few milliseconds)."""
+
+    pci_id: str  # "0x1DB1", as the list writes it
+    name: str  # as nvidia-smi prints it
+    legacy_branch: str | None  # "470" for "470.xx"; None: the list's driver (a current branch) drives it
+    kernel_open: bool  # `kernelopen`: the open kernel modules drive it
+    chip: str  # family from pci.ids ("GV100"), "unknown" where pci.ids does not name the device
+    arch: str | None
+    cc: str | None  # None: the chip predates CUDA
+    driver: str  # the driver whose list names it ("550.163.01")
+    source: str  # the list's package page
+    checked: str
+    chip_source: str  # the family row's source (compute capability per chip)
+    confidence: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceTable:
+    devices: tuple[Device, ...] = ()
+    by_id: dict[int, tuple[Device, ...]] = dataclasses.field(default_factory=dict)
+    by_name: dict[str, tuple[Device, ...]] = dataclasses.field(default_factory=dict)
+    by_norm: dict[str, tuple[Device, ...]] = dataclasses.field(default_factory=dict)
+    lists: tuple[dict, ...] = ()
+
+    def chips_named(self, name: str) -> tuple[Device, ...]:
+        """Every device of a name; more than one chip family where NVIDIA reused a name (GeForce GT 730)."""
+        return self.by_name.get(_exact(name)) or self.by_norm.get(_norm(name)) or ()
+
+
+@functools.cache
+def device_table(root: str | None) -> DeviceTable:
+    """data/nvidia_devices.yaml and the driver lists it names, read on first use only (commands that never look
+    past gpus.yaml do not pay it) and kept, like the database, in a pickle keyed by the data files."""
+    if root is None:
+        return DeviceTable()
+    import pickle
+
+    cache = _cache_file(Path(root), "devices")
+    try:
+        with cache.open("rb") as fh:
+            table = pickle.load(fh)
+        if isinstance(table, DeviceTable):
+            return table
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
+        pass
+    table = _read_devices(Path(root))
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(table))
+        tmp.replace(cache)
+    except OSError:
+        pass
+    return table
+
+
+def _read_devices(path: Path) -> DeviceTable:
+    import bisect
+    import gzip
+    import json
+
+    root = path
+    try:
+        meta = _read(path / "nvidia_devices.yaml")
+        families = {f["chip"]: f for f in meta["families"]}
+        ranges = sorted((int(r["first"], 16), int(r["last"], 16), r["chip"]) for r in meta["pci_ids"]["id_ranges"])
+        firsts = [r[0] for r in ranges]
+        devices: list[Device] = []
+        for lst in meta["driver_lists"]:
+            with gzip.open(path / lst["file"], "rt", encoding="utf-8") as fh:
+                chips = json.load(fh)["chips"]
+            for entry in chips:
+                devid = int(entry["devid"], 16)
+                at = bisect.bisect_right(firsts, devid) - 1
+                chip = ranges[at][2] if at >= 0 and ranges[at][1] >= devid else "unknown"
+                fam = families.get(chip, {})
+                legacy = entry.get("legacybranch")
+                devices.append(Device(
+                    entry["devid"], entry["name"], legacy.split(".")[0] if legacy else None,
+                    "kernelopen" in entry.get("features", ()), chip, fam.get("arch"), fam.get("cc"), lst["driver"],
+                    lst["source"], lst["checked"], fam.get("source", meta["pci_ids"]["source"]),
+                    fam.get("confidence"),
+                ))
+    except (OSError, KeyError, ValueError) as exc:
+        raise DataError(f"the device table in {root} is broken: {exc}") from exc
+    by_id: dict[int, list[Device]] = {}
+    by_name: dict[str, list[Device]] = {}
+    by_norm: dict[str, list[Device]] = {}
+    for d in devices:
+        by_id.setdefault(int(d.pci_id, 16), []).append(d)
+        by_name.setdefault(_exact(d.name), []).append(d)
+        by_norm.setdefault(_norm(d.name), []).append(d)
+
+    def freeze(m: dict) -> dict:
+        return {k: tuple(v) for k, v in m.items()}
+
+    return DeviceTable(devices=tuple(devices), by_id=freeze(by_id), by_name=freeze(by_name),
+                       by_norm=freeze(by_norm), lists=tuple(meta["driver_lists"]))
+
+
+_MEMORY_IN_NAME = re.compile(r"(?<![\w.])(\d+)\s?GB\b", re.IGNORECASE)
+
+
+def device_gpu(dev: Device) -> GPU | None:
+    """The row for a driver-list device that gpus.yaml does not list: chip, architecture and compute capability
+    from data/nvidia_devices.yaml, memory from the name where NVIDIA's name states it ('Tesla P100-PCIE-12GB'),
+    else unknown (the SKU's memory varies); peaks unknown. None for a chip that predates CUDA."""
+    if dev.cc is None or dev.arch is None:
+        return None
+    m = _MEMORY_IN_NAME.search(dev.name)
+    memory = float(m.group(1)) if m else None
+    modules: tuple[KernelModule, ...] = ("proprietary", "open") if dev.kernel_open else ("proprietary",)
+    return GPU(
+        model=dev.name, arch=dev.arch, chip=dev.chip, cc=dev.cc, segment="geforce", memory_gb=memory,
+        bandwidth_gbps=None, fp32_tflops=None, fp16_tflops=None, fp64_tflops=None, tdp_w=None,
+        kernel_modules=modules, pci_id=dev.pci_id, legacy_branch=dev.legacy_branch,
+        confidence="driver-list",
+        note="memory from NVIDIA's name for it" if m else None,
+        source=f"{dev.source} (supported-gpus.json of {dev.driver}, {dev.pci_id}); chip: pci.ids; "
+               f"compute capability: {dev.chip_source}",
+        checked=dev.checked,
+    )
 
 
 class DataError(ProvisionError):
@@ -608,18 +793,18 @@ def _read(path: Path) -> dict:
         return yaml.load(fh, Loader=loader) or {}
 
 
-def _cache_file(root: Path) -> Path:
+def _cache_file(root: Path, what: str = "db") -> Path:
     """Where the validated database is kept between processes, keyed by provision's version and the data files."""
     import hashlib
 
     from provision import __version__
 
     digest = hashlib.sha256(__version__.encode())
-    for path in sorted(root.glob("*.yaml")):
+    for path in sorted([*root.glob("*.yaml"), *root.glob("*.json.gz")]):
         st = path.stat()
         digest.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     base = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision"))
-    return base / "compat" / f"db-{digest.hexdigest()[:20]}.pickle"
+    return base / "compat" / f"{what}-{digest.hexdigest()[:20]}.pickle"
 
 
 @functools.cache
@@ -709,6 +894,7 @@ def _read_db(root: Path) -> CompatDB:
             host_units=paths["units"],
             venv_files=paths["venv_files"],
             containers=containers,
+            devices_root=str(root),
         )
     except (OSError, KeyError, ValidationError) as exc:
         raise DataError(f"the compatibility database in {root} is broken: {exc}") from exc

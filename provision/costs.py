@@ -13,7 +13,7 @@ class CostLine:
     profile: str
     gpu: str
     count: int
-    vram_gb: float
+    vram_gb: float | None
     fp32_tflops: float | None  # None: a GPU the profile described without its peak
     purchase_usd: float | None
     power_w: float | None
@@ -37,7 +37,7 @@ def cost_line(profile: Profile, plan: Plan, db: CompatDB) -> CostLine:
         profile=profile.name,
         gpu=plan.gpu.model,
         count=plan.gpu.count,
-        vram_gb=plan.gpu.memory_gb * plan.gpu.count,
+        vram_gb=None if plan.gpu.memory_gb is None else plan.gpu.memory_gb * plan.gpu.count,
         fp32_tflops=None if plan.gpu.fp32_tflops is None else plan.gpu.fp32_tflops * plan.gpu.count,
         purchase_usd=cost.purchase_usd,
         power_w=cost.power_w,

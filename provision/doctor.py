@@ -29,7 +29,9 @@ from provision.loader import load_profile
 from provision.models import Profile
 from provision.resources import share_dir
 
-NVIDIA_SMI_QUERY = ["--query-gpu=name,compute_cap,driver_version,memory.total", "--format=csv,noheader,nounits"]
+# pci.device_id: "0x1DB110DE", the device ID above NVIDIA's vendor ID (0x10DE)
+NVIDIA_SMI_QUERY = ["--query-gpu=name,compute_cap,driver_version,memory.total,pci.device_id",
+                    "--format=csv,noheader,nounits"]
 # ISA extensions worth recording in a profile (what framework wheels are built against); the rest of /proc/cpuinfo's
 # flags are about the platform, not about which binaries run.
 ISA_FLAG = re.compile(
@@ -141,6 +143,7 @@ class GpuSeen:
     driver_version: str | None = None
     memory_mib: int | None = None
     seen_by: str = "nvidia-smi"
+    pci_id: str | None = None  # "0x1DB1", as NVIDIA's driver list writes it
 
 
 @dataclass
@@ -211,18 +214,24 @@ def parse_nvidia_smi(text: str | None) -> list[GpuSeen]:
             continue
         cc = parts[1] if re.fullmatch(r"\d+\.\d+", parts[1]) else None
         mem = int(float(parts[3])) if re.fullmatch(r"[\d.]+", parts[3]) else None
-        gpus.append(GpuSeen(name=parts[0], compute_capability=cc, driver_version=parts[2] or None, memory_mib=mem))
+        dev = re.fullmatch(r"0[xX]([0-9a-fA-F]{4})10[dD][eE]", parts[4]) if len(parts) > 4 else None
+        gpus.append(GpuSeen(name=parts[0], compute_capability=cc, driver_version=parts[2] or None, memory_mib=mem,
+                            pci_id=f"0x{dev.group(1).upper()}" if dev else None))
     return gpus
 
 
 def parse_lspci(text: str | None) -> list[GpuSeen]:
-    """NVIDIA display/3D controllers from `lspci -mm` ("GP104 [GeForce GTX 1070]" -> "GeForce GTX 1070")."""
+    """NVIDIA display/3D controllers from `lspci -mm -nn` ("GP104 [GeForce GTX 1070] [1b81]" -> "GeForce GTX 1070",
+    device 0x1B81; `lspci -mm` without -nn: the name only)."""
     gpus = []
     for line in (text or "").splitlines():
         fields = re.findall(r'"([^"]*)"', line)
         if len(fields) >= 3 and "NVIDIA" in fields[1] and re.search(r"VGA|3D|Display", fields[0]):
-            m = re.search(r"\[(.+)\]", fields[2])
-            gpus.append(GpuSeen(name=m.group(1) if m else fields[2], seen_by="lspci"))
+            dev = re.search(r"\s*\[([0-9a-f]{4})\]$", fields[2]) if "[10de]" in fields[1] else None
+            device = fields[2][: dev.start()] if dev else fields[2]
+            m = re.search(r"\[(.+)\]", device)
+            gpus.append(GpuSeen(name=m.group(1) if m else device, seen_by="lspci",
+                                pci_id=f"0x{dev.group(1).upper()}" if dev else None))
     return gpus
 
 
@@ -271,7 +280,7 @@ def read_machine(root: Path | str = "/") -> Machine:
         m.os_id = f"{m.distribution}-{m.release}"
     m.gpus = parse_nvidia_smi(r.command("nvidia-smi", NVIDIA_SMI_QUERY))
     if not m.gpus:
-        m.gpus = parse_lspci(r.command("lspci", ["-mm"]))
+        m.gpus = parse_lspci(r.command("lspci", ["-mm", "-nn"]))
     ver = r.file("proc/driver/nvidia/version")
     if ver:
         vm = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.[\d.]+)", ver)
@@ -314,7 +323,7 @@ def _norm_gpu(name: str) -> str:
 
 def _canonical_gpu(name: str, db: Any) -> str:
     """The compat database's model name for a GPU name, trying shorter prefixes of a CUDA/nvidia-smi name."""
-    row = db.gpu_by_device_name(name) if db is not None else None
+    row = (db.resolve_gpu(name) or db.gpu_by_device_name(name)) if db is not None else None
     return row.model if row is not None else _norm_gpu(name)
 
 
@@ -414,8 +423,12 @@ class Diagnosis:
         ]
         if m.gpus:
             for i, g in enumerate(m.gpus):
+                # The name exactly as nvidia-smi prints it (what a profile's hardware.gpu.model may hold), and the
+                # PCI device ID beside it (hardware.gpu.pci_id)
+                pci = f" [{g.pci_id}]" if g.pci_id else ""
                 cc = f", compute capability {g.compute_capability}" if g.compute_capability else ""
-                lines.append(f"gpu {i}:   {g.name}{cc} (seen by {g.seen_by})")
+                mem = f", {g.memory_mib} MiB" if g.memory_mib else ""
+                lines.append(f"gpu {i}:   {g.name}{pci}{cc}{mem} (seen by {g.seen_by})")
         else:
             lines.append("gpu:     no NVIDIA GPU found (nvidia-smi absent or silent, lspci shows none)")
         lines.append(f"driver:  {m.driver_version or 'none loaded'}")
@@ -452,7 +465,7 @@ def match_profiles(machine: Machine, profiles: list[tuple[Path, Any]], db: Any =
     gpu_names = {_canonical_gpu(g.name, db) for g in machine.gpus}
     matches = []
     for path, prof in profiles:
-        gpu = _canonical_gpu(prof.hardware.gpu.model, db) in gpu_names
+        gpu = _canonical_gpu(prof.hardware.gpu.name, db) in gpu_names
         arch = machine.arch == prof.target.arch
         os_ = machine.os_id == f"{prof.target.os.distribution}-{prof.target.os.release}"
         matches.append(
@@ -578,7 +591,21 @@ def profile_dict(machine: Machine, name: str) -> dict[str, Any]:
         cpu["threads"] = machine.threads
     gpu: dict[str, Any] = {"model": _label(canonical), "count": names.count(gpu_name)}
     seen = machine.gpus[0]
-    if db is not None and db.gpu_by_device_name(gpu_name) is None and seen.compute_capability and seen.memory_mib:
+    listed = None
+    if db is not None and db.gpu_by_device_name(gpu_name) is None:
+        listed = db.resolve_gpu(seen.pci_id or gpu_name)
+    if listed is not None and listed.confidence == "driver-list":
+        # In NVIDIA's driver list, not in gpus.yaml: the name as nvidia-smi prints it and its PCI device ID; the
+        # memory the driver reports where the list's name does not say it (the SKU's memory varies)
+        gpu["model"] = _label(gpu_name)
+        if seen.pci_id:
+            gpu["pci_id"] = seen.pci_id
+        if seen.compute_capability:
+            gpu["compute_capability"] = seen.compute_capability
+        if listed.memory_gb is None and seen.memory_mib:
+            gpu["memory_gb"] = round(seen.memory_mib / 1024, 1)
+    elif db is not None and listed is None and db.gpu_by_device_name(gpu_name) is None and seen.compute_capability \
+            and seen.memory_mib:
         # Not in the table (a laptop part): described by what the driver reports, which is what the plan needs.
         gpu["model"] = _label(re.sub(r"^NVIDIA\s+", "", gpu_name))  # the driver's name, as written
         gpu["compute_capability"] = seen.compute_capability

@@ -262,6 +262,9 @@ _VERSION_PATTERNS = {r"^[0-9]+(\.[0-9]+){0,3}$": "'12.6'", r"^[0-9]{3}$": "'580'
                      r"^[0-9]+(\.[0-9]+){0,3}(\.post[0-9]+)?$": "'2.7.1'"}
 
 
+_PCI_ID_PATTERN = r"^0[xX][0-9a-fA-F]{4}$"  # models.PciDeviceId
+
+
 def _as_written(err: Mapping[str, Any], doc: _Doc | None) -> str:
     """The bad value as the user wrote it (`no`, `12.10`), not as YAML converted it (False, 12.1)."""
     written = doc.source(tuple(err["loc"])) if doc is not None else None
@@ -305,6 +308,10 @@ def _message(err: Mapping[str, Any], doc: _Doc | None = None) -> tuple[str, str 
         example = _VERSION_PATTERNS.get(str((err.get("ctx") or {}).get("pattern")))
         if example is not None:
             return f"'{written}' is not a version", _version_hint(str(value), example)
+        if str((err.get("ctx") or {}).get("pattern")) == _PCI_ID_PATTERN:
+            return (f"'{written}' is not a PCI device ID",
+                    "write 0x and the four hex digits `lspci -nn -d 10de:` prints after '10de:', in quotes, "
+                    "e.g. '0x1DB1'")
         return f"'{written}' has characters that are not allowed here", "use letters, digits, '.', '-' and '_'"
     if kind == "literal_error":
         return f"'{written}' is not one of the allowed values: {msg.split('Input should be ')[-1]}", None
@@ -453,15 +460,35 @@ def _check_against_db(profile: Profile, doc: _Doc, db: CompatDB) -> None:
 
 
 def _check_gpu(spec: GPUSpec, at: Path_, db: CompatDB, add) -> None:
-    """A listed GPU is the database's row (a description given beside it must agree); an unlisted one is planned
-    from its compute capability and memory, which the profile must then give."""
-    row = db.gpu(spec.model)
+    """A listed GPU is the database's row (a description given beside it must agree); one of NVIDIA's driver list
+    that gpus.yaml does not list is planned from the list's chip and compute capability; an unlisted one from its
+    compute capability and memory, which the profile must then give."""
+    if spec.pci_id is not None:
+        dev = db.device(spec.pci_id)
+        if dev is None:
+            lists = ", ".join(str(lst["driver"]) for lst in db.devices().lists) or "none"
+            add((*at, "pci_id"), f"no GPU with PCI device ID {spec.pci_id} in NVIDIA's driver list ({lists})",
+                "check it with `lspci -nn -d 10de:`, or give hardware.gpu.model and compute_capability")
+            return
+        by_name = db.resolve_gpu(spec.model) if spec.model is not None else None
+        by_id = db.resolve_gpu(spec.pci_id)
+        id_names = {" ".join(d.name.lower().split()) for d in db.devices().by_id.get(int(spec.pci_id, 16), ())}
+        if (spec.model is not None and by_name is not None and (by_id is None or by_name.model != by_id.model)
+                and " ".join(spec.model.lower().split()) not in id_names):
+            add((*at, "model"), f"'{spec.model}' is not the GPU with PCI device ID {spec.pci_id} ({dev.name})",
+                "remove one of them, or make them agree")
+            return
+    name = spec.name
+    row = db.resolve_gpu(name)
     if row is None and not spec.described():
-        close = difflib.get_close_matches(spec.model, db.gpu_names(), n=1, cutoff=0.5)
-        describe = (f"if `provision gpus` does not list yours, describe it: {dotted(at)}.compute_capability "
+        field = "pci_id" if spec.model is None else "model"
+        if _legacy_problem(db, name, at, field, add):
+            return
+        close = difflib.get_close_matches(name, db.gpu_names(), n=1, cutoff=0.5)
+        describe = (f"if `provision gpus --all` does not list yours, describe it: {dotted(at)}.compute_capability "
                     "(`nvidia-smi --query-gpu=compute_cap --format=csv,noheader`) and "
                     f"{dotted(at)}.memory_gb")
-        add((*at, "model"), f"unknown GPU '{spec.model}'",
+        add((*at, field), f"unknown GPU '{name}'",
             (f"did you mean '{close[0]}'? " if close else "") + describe)
         return
     if row is None:
@@ -472,8 +499,14 @@ def _check_gpu(spec: GPUSpec, at: Path_, db: CompatDB, add) -> None:
             add((*at, "compute_capability"), f"compute capability {cc} is not one of an NVIDIA architecture's",
                 f"check it with `nvidia-smi --query-gpu=compute_cap --format=csv,noheader`; known: {known}")
         if spec.memory_gb is None:
-            add((*at, "memory_gb"), f"'{spec.model}' is not in the database, so its memory is needed",
+            add((*at, "memory_gb"), f"'{name}' is not in the database, so its memory is needed",
                 f"set {dotted(at)}.memory_gb: `nvidia-smi --query-gpu=memory.total --format=csv` prints it")
+        return
+    if row.confidence == "driver-list":  # the list gives no memory or peaks: the profile's figures are the row's
+        if spec.compute_capability is not None and spec.compute_capability != row.cc:
+            add((*at, "compute_capability"), f"{row.model} ({row.pci_id}, {row.chip}) has compute capability "
+                f"{row.cc} ({row.source}), the profile says {spec.compute_capability}",
+                f"remove {dotted(at)}.compute_capability")
         return
     given = {"compute_capability": (spec.compute_capability, row.cc), "memory_gb": (spec.memory_gb, row.memory_gb),
              "bandwidth_gbps": (spec.bandwidth_gbps, row.bandwidth_gbps),
@@ -483,6 +516,25 @@ def _check_gpu(spec: GPUSpec, at: Path_, db: CompatDB, add) -> None:
             add((*at, key), f"{row.model} has {key} {theirs} in the database ({row.source}), the profile says {mine}",
                 f"remove {dotted(at)}.{key}: a listed GPU's figures come from the database; or name the model "
                 "you have")
+
+
+def _legacy_problem(db: CompatDB, name: str, at: Path_, field: str, add) -> bool:
+    """Say why a GPU NVIDIA's driver list names cannot be planned: it predates CUDA, or NVIDIA reused the name for
+    chips of different compute capability. False where the list does not name it."""
+    devs = db.devices().chips_named(name) if field == "model" else tuple(d for d in [db.device(name)] if d)
+    if not devs:
+        return False
+    if len({d.cc for d in devs}) > 1:
+        chips = "; ".join(sorted({f"{d.chip} (cc {d.cc or 'none'}) {d.pci_id}" for d in devs}))
+        add((*at, field), f"NVIDIA's driver list names several chips '{name}': {chips}",
+            f"give {dotted(at)}.pci_id: `lspci -nn -d 10de:` prints it after '10de:' (or `provision doctor`)")
+        return True
+    dev = devs[0]
+    last = f"its last driver is the {dev.legacy_branch}.xx legacy branch" if dev.legacy_branch else ""
+    add((*at, field), f"{dev.name} ({dev.pci_id}, {dev.chip}, {dev.arch or 'unknown architecture'}) predates CUDA"
+        + (f"; {last}" if last else ""),
+        "provision plans CUDA stacks; no CUDA runs on this GPU")
+    return True
 
 
 _KINDS = (

@@ -38,6 +38,7 @@ Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}$")]
 ReleaseVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){0,3}(\.post[0-9]+)?$")]
 UnixUser = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 ComputeCapability = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]$")]
+PciDeviceId = Annotated[str, StringConstraints(pattern=r"^0[xX][0-9a-fA-F]{4}$")]  # NVIDIA's driver list: "0x1DB1"
 CpuFlag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_.]{1,32}$")]
 IndexName = Literal["pypi", "pytorch"]
 # software.containers: `docker` is the distribution's docker.io, `docker-ce` Docker's own repository.
@@ -54,7 +55,16 @@ class _Strict(BaseModel):
 
 
 class GPUSpec(_Strict):
-    model: Label = Field(description="GPU model as in `provision gpus`, e.g. 'GeForce GTX 1070', 'Tesla K80', 'T4'.")
+    model: Label | None = Field(
+        None,
+        description="GPU model as in `provision gpus`, or as `nvidia-smi --query-gpu=name --format=csv,noheader` "
+        "prints it, e.g. 'GeForce GTX 1070', 'Tesla V100-SXM2-16GB', 'NVIDIA GeForce RTX 3060 Laptop GPU'.",
+    )
+    pci_id: PciDeviceId | None = Field(
+        None,
+        description="Instead of (or beside) model: the GPU's PCI device ID as NVIDIA's driver list and "
+        "`lspci -nn -d 10de:` give it, e.g. '0x1DB1' (`provision doctor` prints it).",
+    )
     count: int | None = Field(
         None,
         ge=1,
@@ -79,6 +89,17 @@ class GPUSpec(_Strict):
         None, gt=0, le=10_000, description="For an unlisted GPU, optional: FP32 peak in TFLOPS (the verifier reports "
         "SGEMM as a percentage of it)."
     )
+
+    @model_validator(mode="after")
+    def _named(self) -> GPUSpec:
+        if self.model is None and self.pci_id is None:
+            raise ValueError("give the GPU's model (as nvidia-smi prints it) or its pci_id (e.g. '0x1DB1')")
+        return self
+
+    @property
+    def name(self) -> str:
+        """What the database looks the GPU up by: its PCI device ID where given (one device), else its model."""
+        return self.pci_id if self.pci_id is not None else str(self.model)
 
     def described(self) -> bool:
         return self.compute_capability is not None
@@ -272,7 +293,7 @@ class GPUPlan(_Frozen):
     compute_capability: str  # "6.1"
     sm: str  # "sm_61"
     count: int
-    memory_gb: float
+    memory_gb: float | None  # None: the SKU's memory varies and no source gives it (the reasons say so)
     bandwidth_gbps: float | None  # None: a GPU the profile described, without its peaks
     fp32_tflops: float | None
     fp16_tflops: float | None

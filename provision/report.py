@@ -118,6 +118,28 @@ def gpu_rows(db: CompatDB) -> list[dict[str, Any]]:
     ]
 
 
+def device_rows(db: CompatDB) -> list[dict[str, Any]]:
+    """Every device of NVIDIA's driver lists (one row per PCI device ID and name), with what provision plans for it:
+    the branches that drive it, or the legacy branch that is its last driver where provision plans none."""
+    rows = []
+    seen: set[tuple[str, str]] = set()
+    for d in db.devices().devices:
+        if (d.pci_id, d.name) in seen:
+            continue
+        seen.add((d.pci_id, d.name))
+        row = db.resolve_gpu(d.pci_id)
+        span = _driver_span(db, row) if row is not None else "-"
+        if span == "-" and d.legacy_branch:
+            span = f"{d.legacy_branch}.xx legacy only"
+        rows.append({
+            "pci_id": d.pci_id, "name": d.name, "chip": d.chip, "arch": d.arch, "cc": d.cc,
+            "legacy_branch": d.legacy_branch, "kernel_open": d.kernel_open, "driver": span,
+            "drivers": [b.branch for b in db.branches if row is not None and b.drives(row)],
+            "model": row.model if row is not None else None, "driver_list": d.driver, "source": d.source,
+        })
+    return rows
+
+
 def _driver_span(db: CompatDB, gpu: GPU) -> str:
     """What drives the GPU, for people: 'R470', 'R535-R580', or the JetPack releases that own a Jetson's driver."""
     if gpu.tegra:

@@ -50,7 +50,7 @@ def validate(
         except ProfileError as exc:
             problems += exc.lines()
             continue
-        out.print(f"ok: {path}: {profile.name} ({profile.hardware.gpu.model}, {profile.target.kind})", markup=False)
+        out.print(f"ok: {path}: {profile.name} ({profile.hardware.gpu.name}, {profile.target.kind})", markup=False)
     if problems:
         raise ProfileError([Problem(line) for line in problems])
 
@@ -105,9 +105,27 @@ def _diff_against(result: Any, host: str, as_json: bool) -> None:
 
 @app.command()
 @handle_errors
-def gpus(as_json: JsonOpt = False) -> None:
+def gpus(
+    match: Annotated[str | None, typer.Argument(
+        help="Show only GPUs whose name contains this (case aside), or the one with this PCI device ID (0x1DB1).",
+        show_default=False)] = None,
+    every: Annotated[bool, typer.Option(
+        "--all", help="Every GPU of NVIDIA's driver list (supported-gpus.json): PCI device ID, the name nvidia-smi "
+        "prints, chip, compute capability, branches and whether the open kernel modules drive it.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """List the GPUs the database knows, with compute capability, peaks and the driver branches that drive them."""
-    rows = gpu_rows(load_db())
+    from provision.report import device_rows
+
+    db = load_db()
+    key = match.strip().lower() if match else None
+    by_id = key is not None and key.startswith("0x")
+    if every or by_id:
+        rows = [r for r in device_rows(db) if key is None
+                or (r["pci_id"].lower() == key if by_id else key in r["name"].lower())]
+    else:
+        rows = [r for r in gpu_rows(db) if key is None
+                or any(key in n.lower() for n in (r["model"], *r["aliases"]))]
     if as_json:
         print_json(rows)
         return
@@ -117,6 +135,20 @@ def gpus(as_json: JsonOpt = False) -> None:
     # Fits 80 columns (a pipe or a log gets 80): short headers, no outer padding; names and figures are never folded
     # or cut, only a long driver range (Jetson's JetPack releases) wraps within its column.
     table = Table(box=None, pad_edge=False)
+    if every or by_id:
+        for header in ("ID", "GPU (as nvidia-smi prints it)", "chip", "cc"):
+            table.add_column(header, no_wrap=header != "GPU (as nvidia-smi prints it)")
+        table.add_column("drivers")
+        table.add_column("open")
+        for r in rows:
+            table.add_row(r["pci_id"], r["name"], r["chip"], r["cc"] or "-", r["driver"],
+                          "yes" if r["kernel_open"] else "no")
+        out.print(table)
+        if not as_json and key is None:
+            out.print(f"{len(rows)} devices in NVIDIA's driver list "
+                      f"({', '.join(str(lst['driver']) for lst in db.devices().lists)}); "
+                      "filter: provision gpus NAME --all", markup=False)
+        return
     for header, justify in (("GPU", "left"), ("arch", "left"), ("cc", "left"), ("GB", "right"), ("GB/s", "right"),
                             ("TFLOPS", "right")):
         table.add_column(header, justify=cast(JustifyMethod, justify), no_wrap=True)
@@ -156,7 +188,7 @@ def compare(
     for header in ("GB", "TFLOPS", "buy $", "own $/h", "rent $/h"):
         table.add_column(header, justify="right", no_wrap=True)
     for x in lines:
-        table.add_row(x.profile, x.gpu if x.count == 1 else f"{x.count} x {x.gpu}", f"{x.vram_gb:g}",
+        table.add_row(x.profile, x.gpu if x.count == 1 else f"{x.count} x {x.gpu}", f"{x.vram_gb:g}" if x.vram_gb is not None else "?",
                       f"{x.fp32_tflops:.2f}" if x.fp32_tflops is not None else "?",
                       f"{x.purchase_usd:,.0f}" if x.purchase_usd is not None else "-",
                       f"{x.own_usd_hr:.3f}" if x.own_usd_hr is not None else "-",

@@ -65,7 +65,7 @@ def index_reason(ctx: Ctx, plans: tuple[IndexPlan, ...]) -> None:
 def warn_hardware(ctx: Ctx) -> None:
     gpu, policy = ctx.gpu, ctx.db.policy
     assert policy is not None  # load_db always reads data/policy.yaml
-    if gpu.confidence == "described":
+    if gpu.confidence in ("described", "driver-list"):
         pass  # its FP16 rate is not known: the table's rows are what these warnings rest on
     elif gpu.fp16_tflops is None:
         ctx.warnings.append(

@@ -44,10 +44,10 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
     specs = [profile.hardware.gpu, *profile.hardware.extra_gpus]
     gpus = []
     for spec in specs:
-        g = db.gpu(spec.model) or described_gpu(spec, db)
+        g = listed_gpu(spec, db) or described_gpu(spec, db)
         if g is None:
             raise IncompatibleError(
-                f"unknown GPU '{spec.model}'",
+                f"unknown GPU '{spec.name}'",
                 alternatives=["a model `provision gpus` lists", "describe it: hardware.gpu.compute_capability and "
                               "hardware.gpu.memory_gb"],
                 where=profile.name,
@@ -60,6 +60,20 @@ def resolve(profile: Profile, db: CompatDB, *, profile_path: str | None = None) 
     return _resolve_mixed(profile, db, list(zip(specs, gpus, strict=True)), profile_path)
 
 
+def listed_gpu(spec: GPUSpec, db: CompatDB) -> GPU | None:
+    """gpus.yaml's row, or the row NVIDIA's driver list gives (by PCI device ID or the name nvidia-smi prints);
+    a driver-list row takes the memory and peaks the profile gives, as the list has none."""
+    row = db.resolve_gpu(spec.name)
+    if row is None or row.confidence != "driver-list":
+        return row
+    given: dict[str, float | str] = {k: v for k, v in (("memory_gb", spec.memory_gb),
+                                                        ("bandwidth_gbps", spec.bandwidth_gbps),
+                                                        ("fp32_tflops", spec.fp32_tflops)) if v is not None}
+    if "memory_gb" in given and row.memory_gb is None:
+        given["note"] = "memory from the profile (hardware.gpu.memory_gb): the SKU's memory varies"
+    return row.model_copy(update=given) if given else row
+
+
 def described_gpu(spec: GPUSpec, db: CompatDB) -> GPU | None:
     """The row for a GPU the database does not list, from what the profile says of it: the architecture follows
     from the compute capability; peaks it does not give stay unknown (the verifier then reports figures without a
@@ -69,7 +83,7 @@ def described_gpu(spec: GPUSpec, db: CompatDB) -> GPU | None:
     if arch is None or spec.compute_capability is None or spec.memory_gb is None:
         return None
     return GPU(
-        model=spec.model, arch=arch.name, chip="unlisted", cc=spec.compute_capability, segment="geforce",
+        model=spec.name, arch=arch.name, chip="unlisted", cc=spec.compute_capability, segment="geforce",
         memory_gb=spec.memory_gb, bandwidth_gbps=spec.bandwidth_gbps, fp32_tflops=spec.fp32_tflops,
         fp16_tflops=None, fp64_tflops=None, tdp_w=None, confidence="described",
         source="the profile's description (hardware.gpu)", checked="-",
@@ -87,7 +101,7 @@ def _count_and_interconnect(profile: Profile, db: CompatDB, gpu: GPU) -> tuple[i
     inst_gpu = db.gpu(inst.gpu)
     if inst_gpu is None or inst_gpu.model != gpu.model:
         raise IncompatibleError(
-            f"{inst.instance_type} has {inst.gpus} x {inst.gpu}; hardware.gpu.model says {spec.model}",
+            f"{inst.instance_type} has {inst.gpus} x {inst.gpu}; hardware.gpu.model says {spec.name}",
             alternatives=[f"set hardware.gpu.model to {inst.gpu}", "an instance type with the GPU you mean"],
             where=profile.name,
         )
@@ -324,6 +338,23 @@ def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, intercon
             f"{gpu.model} is not in provision's GPU table: the plan rests on the compute capability the profile gives "
             f"({gpu.cc}, {gpu.arch}); `provision verify` on the machine checks it against the device"
         )
+    elif gpu.confidence == "driver-list":
+        memory = (f"{gpu.memory_gb:g} GB ({gpu.note})" if gpu.memory_gb is not None else
+                  "memory unknown: this SKU's memory varies and no source gives it (`provision doctor` reads it "
+                  "from nvidia-smi; hardware.gpu.memory_gb sets it)")
+        legacy = f"; its last driver is the R{gpu.legacy_branch} legacy branch" if gpu.legacy_branch else ""
+        ctx.reason(
+            "gpu",
+            f"{gpu.model} ({gpu.pci_id}): {gpu.arch} {gpu.chip}, compute capability {gpu.cc} ({gpu.sm})",
+            f"NVIDIA's driver list names it{legacy}; chip from pci.ids, compute capability per chip; {memory}; "
+            f"{peaks}",
+            gpu.source,
+        )
+        if gpu.memory_gb is None:
+            ctx.warnings.append(
+                f"{gpu.model}'s memory varies by SKU and no source gives it: the plan leaves it unknown; "
+                "`provision doctor` on the machine reads it, or set hardware.gpu.memory_gb"
+            )
     else:
         ctx.reason(
             "gpu",

@@ -121,6 +121,15 @@ def refuse_no_driver(ctx: Ctx, sources: tuple[str, ...] | None = None) -> Incomp
                 alternatives=[f"an OS that packages the open modules of {spans}: {', '.join(offered) or 'none known'}"],
                 where=ctx.where,
             )
+    if not driving and gpu.legacy_branch is not None:
+        oldest = min(db.branches, key=lambda b: V(b.branch)).branch
+        return IncompatibleError(
+            f"{gpu.model} ({gpu.pci_id}, {gpu.arch}, compute capability {gpu.cc}): its last driver is the "
+            f"R{gpu.legacy_branch} legacy branch (NVIDIA's driver list), older than any branch provision plans "
+            f"(R{oldest} and later)",
+            alternatives=[f"a GPU a branch from R{oldest} on drives", "install NVIDIA's legacy driver by hand"],
+            where=ctx.where,
+        )
     return IncompatibleError(
         f"{ctx.os_id} offers no driver branch that drives {gpu.model} ({gpu.arch}, compute capability {gpu.cc}); "
         f"it needs one of {spans}",

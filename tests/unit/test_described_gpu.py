@@ -81,20 +81,21 @@ def test_the_verifier_checks_a_described_gpu_against_the_device_and_reports_figu
 
 
 def test_an_unknown_gpu_says_how_to_describe_it(tmp_path):
-    (p,) = problems(write(tmp_path, '{model: "GeForce RTX 4090 Laptop GPU"}'))
+    # Not in gpus.yaml, nor in the 550 driver's list (a Blackwell laptop part: its list is the 580 driver's)
+    (p,) = problems(write(tmp_path, '{model: "GeForce RTX 5090 Laptop GPU"}'))
     assert (p.line, p.field) == (3, "hardware.gpu.model")
-    assert "did you mean 'GeForce RTX 4090'?" in p.hint
+    assert "did you mean 'GeForce RTX 5090'?" in p.hint
     assert "hardware.gpu.compute_capability" in p.hint and "nvidia-smi --query-gpu=compute_cap" in p.hint
 
 
 def test_a_compute_capability_no_architecture_has_is_refused_at_its_line(tmp_path):
-    (p,) = problems(write(tmp_path, '{model: "Quadro P620", compute_capability: "6.4", memory_gb: 2}'))
+    (p,) = problems(write(tmp_path, '{model: "Unlisted Card", compute_capability: "6.4", memory_gb: 2}'))
     assert p.field == "hardware.gpu.compute_capability" and p.line == 3
     assert "6.4 is not one of an NVIDIA architecture's" in p.message and "Pascal 6.0/6.1/6.2" in p.hint
 
 
 def test_a_described_gpu_needs_its_memory(tmp_path):
-    (p,) = problems(write(tmp_path, '{model: "Quadro P620", compute_capability: "6.1"}'))
+    (p,) = problems(write(tmp_path, '{model: "Unlisted Card", compute_capability: "6.1"}'))
     assert p.field == "hardware.gpu.memory_gb" and "memory.total" in p.hint
 
 
@@ -123,7 +124,7 @@ def test_compare_does_not_guess_a_peak_the_profile_did_not_give(tmp_path):
 
 
 def test_the_cli_plans_and_renders_a_described_gpu(tmp_path):
-    path = write(tmp_path, '{model: "Quadro P620", compute_capability: "6.1", memory_gb: 2}')
+    path = write(tmp_path, '{model: "Unlisted Card", compute_capability: "6.1", memory_gb: 2}')
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "provision", "render", str(path), "-o", str(out)],
                           capture_output=True, text=True, cwd=ROOT)

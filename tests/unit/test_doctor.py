@@ -11,6 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision.doctor import (
+    Diagnosis,
     choose_frameworks,
     diagnose,
     isa_flags,
@@ -18,6 +19,7 @@ from provision.doctor import (
     parse_lspci,
     parse_nvidia_smi,
     parse_tegra_release,
+    profile_dict,
     read_machine,
     warnings_for,
     write_profile,
@@ -224,9 +226,11 @@ def test_without_a_gpu_doctor_offers_no_write_but_says_how_to_write_a_profile(tm
     assert "no NVIDIA GPU here" in text and "profiles/*.yaml" in text and "provision validate" in text
 
 
-def test_written_profile_describes_a_gpu_the_table_does_not_list(tmp_path: Path) -> None:
-    # A laptop RTX 4090 (AD103, 16 GB) is not the desktop RTX 4090 its name starts with: the profile describes it
-    # by what the driver reports, and the real loader plans it from that.
+def test_written_profile_names_a_driver_list_gpu_as_nvidia_smi_prints_it_with_the_memory_it_reports(
+        tmp_path: Path) -> None:
+    # A laptop RTX 4090 (AD103/AD104, 16 GB) is not the desktop RTX 4090 its name starts with. NVIDIA's driver list
+    # names it (with its chip and compute capability) but not its memory, which varies by SKU: the profile gives
+    # the name exactly as nvidia-smi prints it, and the memory the driver reports.
     import shutil
 
     root = tmp_path / "laptop"
@@ -238,7 +242,36 @@ def test_written_profile_describes_a_gpu_the_table_does_not_list(tmp_path: Path)
 
     prof = load_profile(out)
     gpu = prof.hardware.gpu
-    assert (gpu.model, gpu.compute_capability, gpu.memory_gb) == ("GeForce RTX 4090 Laptop GPU", "8.9", 16.0)
+    assert (gpu.model, gpu.compute_capability, gpu.memory_gb) == ("NVIDIA GeForce RTX 4090 Laptop GPU", "8.9", 16.0)
+
+
+def test_doctor_prints_the_name_as_nvidia_smi_does_with_the_pci_device_id_and_writes_both(tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "v100"
+    shutil.copytree(FIXTURES / "deskmini", root)
+    # nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,pci.device_id --format=csv,noheader,nounits
+    (root / "commands" / "nvidia-smi.txt").write_text(
+        "Tesla V100-SXM2-16GB, 7.0, 535.183.01, 16384, 0x1DB110DE\n"
+        "NVIDIA GeForce RTX 3060 Laptop GPU, 8.6, 580.95.05, 6144, 0x252010DE\n")
+    machine = read_machine(root)
+    assert [(g.name, g.pci_id) for g in machine.gpus] == [("Tesla V100-SXM2-16GB", "0x1DB1"),
+                                                            ("NVIDIA GeForce RTX 3060 Laptop GPU", "0x2520")]
+    lines = Diagnosis(machine=machine, matches=[], warnings=[], notes=[]).text_lines()
+    assert "gpu 0:   Tesla V100-SXM2-16GB [0x1DB1], compute capability 7.0, 16384 MiB (seen by nvidia-smi)" in lines
+    # A gpus.yaml row: its model; a driver-list one: the name nvidia-smi prints, its ID and the memory it reports
+    assert profile_dict(machine, "v")["hardware"]["gpu"]["model"] == "Tesla V100 SXM2 16GB"
+    laptop = read_machine(root)
+    laptop.gpus = laptop.gpus[1:]
+    gpu = profile_dict(laptop, "l")["hardware"]["gpu"]
+    assert gpu == {"model": "NVIDIA GeForce RTX 3060 Laptop GPU", "count": 1, "pci_id": "0x2520",
+                   "compute_capability": "8.6", "memory_gb": 6.0}
+
+
+def test_lspci_with_numeric_ids_gives_the_device_id() -> None:
+    text = ('01:00.0 "VGA compatible controller [0300]" "NVIDIA Corporation [10de]" "GP104 [GeForce GTX 1070] [1b81]" '
+            '-ra1 "ASRock Incorporation [1849]" "Device [1b81]"\n')
+    assert [(g.name, g.pci_id) for g in parse_lspci(text)] == [("GeForce GTX 1070", "0x1B81")]
 
 
 # --- the frameworks a written profile names -----------------------------------------------------------------------

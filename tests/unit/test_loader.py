@@ -77,7 +77,7 @@ def test_unknown_key_wrong_type_and_missing_field_all_reported_with_positions(tm
 def test_unknown_gpu_with_did_you_mean(tmp_path):
     text = GOOD.read_text().replace("model: GeForce GTX 1070", "model: GTX 1075")
     [line] = problems(write(tmp_path, text))
-    assert ":7:12: hardware.gpu.model: unknown GPU 'GTX 1075' (did you mean 'GTX 1070'? if `provision gpus` does not " \
+    assert ":7:12: hardware.gpu.model: unknown GPU 'GTX 1075' (did you mean 'GTX 1070'? if `provision gpus --all` does not " \
            "list yours, describe it: hardware.gpu.compute_capability" in line
 
 
