@@ -26,6 +26,7 @@ import urllib.request
 import pytest
 
 from provision import sandbox
+from tests.support.apt import APT_WAIT
 from tests.support.names import sandbox_name
 from tests.support.standin_container_toolkit import (
     NEWER,
@@ -44,10 +45,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.asc"  # armoured: a stock host has no gpg to dearmor
 LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 PREF = "/etc/apt/preferences.d/nvidia-container-toolkit.pref"
-# The sandboxes of a release share one /var/cache/apt/archives (a cache mounted from the controller), and apt takes
-# its lock without waiting: this module's few .debs go through an archive of the host's own.
-APT = ("mkdir -p /var/tmp/ctk-archives/partial && DEBIAN_FRONTEND=noninteractive apt-get -y "
-       "-o Dir::Cache::Archives=/var/tmp/ctk-archives/")
+# Every sandbox of a release mounts one apt archive: apt-get waits for its lock (tests/support/apt.py).
+APT = APT_WAIT + "export DEBIAN_FRONTEND=noninteractive; apt_wait apt-get -y"
 # What `nvidia-ctk cdi generate` says on a host with no NVIDIA driver (no libnvidia-ml.so.1), v1.20.0.
 NO_NVML = ("failed to generate CDI spec: failed to create device CDI specs: failed to construct device spec "
            "generators: failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND")
