@@ -271,8 +271,10 @@ def build_binaries() -> Path:
             work = target.with_name(target.name + f".tmp-{os.getpid()}")
             start = time.monotonic()
             _build_binaries(tarball, work, commit)
+            go = next((line for line in (work / "build.log").read_text().splitlines()
+                       if line.startswith("go version ")), "")
             (work / "build.json").write_text(json.dumps({
-                "tag": TAG, "commit": commit, "build_recipe": BUILD_RECIPE, "go_package": GO,
+                "tag": TAG, "commit": commit, "build_recipe": BUILD_RECIPE, "go_package": GO, "go": go,
                 "build_seconds": round(time.monotonic() - start),
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
             work.rename(target)
