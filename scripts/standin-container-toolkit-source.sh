@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The source tarball of NVIDIA's Container Toolkit that the test stand-in repository is built from
-# (tests/support/standin_container_toolkit.py; issue 51). Nothing of it goes into git: with its vendor/ it is
-# about 100 MB of source, and the tests read it from the controller's cache:
+# (tests/support/standin_container_toolkit.py; issue 51). v1.20.0's is committed (tests/data/nvidia-container-toolkit/,
+# checked by sha256); this script makes it again, or another tag's, into the controller's cache:
 #   ${PROVISION_CACHE:-~/.cache/provision}/standin-container-toolkit/src-<TAG>.tar.gz
 # `git archive` of the tag, so the tarball's pax header carries the commit (`git get-tar-commit-id`), which the
 # build writes into the binaries as NVIDIA's Makefile does.
