@@ -159,7 +159,7 @@ def merge(path: str, doc: dict, exists: bool, record: dict, owner: str, values: 
     if conflicts:
         raise JsonKeysError(f"{path}: {'; '.join(conflicts)}: provision never overwrites a key it did not set; "
                             "change or remove it yourself and apply again")
-    wanted_keys = {tuple(key) for key, _ in wanted}
+    wanted_keys = {tuple(pair[0]) for pair in wanted}
     for key, item in sorted(before.items()):
         if key in wanted_keys:
             continue
