@@ -36,16 +36,37 @@ def _deb(out: Path, name: str, version: str, files: dict[str, tuple[bytes, int]]
                     str(out / f"{name}_{version}_all.deb")], check=True, capture_output=True)
 
 
-def build(out: Path, url: str, low: str = "595", high: str = "610") -> str:
-    """Build the stand-in repository in `out` for the entry `url`; returns the fingerprint of its key."""
-    home = out.parent / (out.name + "-gnupg")
+def new_key(home: Path) -> tuple[list[str], str]:
+    """A new ed25519 signing key in the gnupg home `home` (made here): the gpg command line for it, its fingerprint.
+    Shared with tests/support/standin_container_toolkit.py."""
     home.mkdir(mode=0o700)
-    out.mkdir()
     gpg = ["gpg", "--batch", "--homedir", str(home)]
     subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "provision stand-in <standin@example.invalid>",
                     "ed25519", "sign", "never"], check=True, capture_output=True)
     colons = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True).stdout
-    fpr = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+    return gpg, next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+
+
+def sign_flat_repository(out: Path, gpg: list[str], architectures: str = "all amd64") -> None:
+    """Packages, Release and InRelease (clear-signed with the key of `gpg`) for the .debs in `out`, a flat
+    repository ("deb URL /"); then stops the key's gpg-agent."""
+    packages = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=out, check=True,
+                              capture_output=True).stdout
+    (out / "Packages").write_bytes(packages)
+    sha = hashlib.sha256(packages).hexdigest()
+    release = ("Origin: provision stand-in\nLabel: provision stand-in\nSuite: ./\n"
+               f"Architectures: {architectures}\nSHA256:\n {sha} {len(packages)} Packages\n")
+    (out / "Release").write_text(release)
+    subprocess.run([*gpg, "--yes", "--clearsign", "--digest-algo", "SHA512", "-o", str(out / "InRelease"),
+                    str(out / "Release")], check=True, capture_output=True)
+    home = gpg[gpg.index("--homedir") + 1]
+    subprocess.run(["gpgconf", "--homedir", home, "--kill", "all"], capture_output=True)  # its gpg-agent
+
+
+def build(out: Path, url: str, low: str = "595", high: str = "610") -> str:
+    """Build the stand-in repository in `out` for the entry `url`; returns the fingerprint of its key."""
+    gpg, fpr = new_key(out.parent / (out.name + "-gnupg"))
+    out.mkdir()
     key = subprocess.run([*gpg, "--export"], check=True, capture_output=True).stdout
     entry = f"deb [signed-by=/{KEYRING_FILE}] {url} /\n".encode()
     _deb(out, "cuda-keyring", "1.1-1", {KEYRING_FILE: (key, 0o644), LIST_FILE: (entry, 0o644)})
@@ -56,14 +77,5 @@ def build(out: Path, url: str, low: str = "595", high: str = "610") -> str:
         _deb(out, "nvidia-kernel-open-dkms", version, {}, source="nvidia-open-gpu-kernel-modules")
     for name in ("cuda-cudart-13-2", "cuda-nvrtc-13-2"):
         _deb(out, name, "13.2.51-1", {})
-    packages = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=out, check=True,
-                              capture_output=True).stdout
-    (out / "Packages").write_bytes(packages)
-    sha = hashlib.sha256(packages).hexdigest()
-    release = ("Origin: provision stand-in\nLabel: provision stand-in\nSuite: ./\nArchitectures: all amd64\n"
-               f"SHA256:\n {sha} {len(packages)} Packages\n")
-    (out / "Release").write_text(release)
-    subprocess.run([*gpg, "--yes", "--clearsign", "--digest-algo", "SHA512", "-o", str(out / "InRelease"),
-                    str(out / "Release")], check=True, capture_output=True)
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True)  # its gpg-agent
+    sign_flat_repository(out, gpg)
     return fpr
