@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,8 @@ def test_a_daemon_json_that_is_not_json_and_a_snap_docker_are_refused_before_any
     before = sh(f"sha256sum {DAEMON}").stdout
     refused = apply(host)
     assert refused.returncode != 0
-    assert f"container_engine: {DAEMON}:1:27 is not JSON" in refused.stdout, out(refused)
+    # Python's json names the column of the trailing comma (3.13) or of the missing key after it (3.11).
+    assert re.search(rf"container_engine: {DAEMON}:1:2[67] is not JSON \(", refused.stdout), out(refused)
     assert dpkg() == packages and sh(f"sha256sum {DAEMON}").stdout == before
 
     sh(f"rm {DAEMON} && mkdir -p /snap/bin && printf '#!/bin/sh\\n' > /snap/bin/docker && chmod 755 /snap/bin/docker")
