@@ -50,8 +50,10 @@ PACKAGE = "nvidia-container-toolkit-base"
 PINNED = f"{VERSION}-1"  # the version a plan pins (NVIDIA's PACKAGE_REVISION is 1)
 NEWER = "1.20.1-1"  # NOT a release: the same binaries under a higher version, so that a pin that does not hold shows
 GO = "golang-1.25-go"  # go.mod of v1.20.0: `go 1.25.0`; Debian ships it in trixie-backports
-# Bump when the build or the packaging below changes: a repository of another recipe is built again.
-RECIPE = "1"
+# Bump when the go build below changes (BUILD_RECIPE: the commands are built again, minutes) or when the packaging or
+# the repository changes (RECIPE: packaged and signed again from the cached commands, seconds, with a new test key).
+BUILD_RECIPE = "1"
+RECIPE = "2"
 ARCH = "amd64"
 BUILD_RELEASE = "13"  # the sandbox base image the toolchain is installed into (provision/debian:13)
 # The path under the served root, as on nvidia.github.io: URL = http://ADDR:PORT/libnvidia-container/stable/deb/$(ARCH)
@@ -91,9 +93,14 @@ def source_tarball() -> Path:
     return cache_dir() / f"src-{TAG}.tar.gz"
 
 
+def bin_dir() -> Path:
+    """The cached commands (and the packaging inputs copied from the source, build.log, build.json)."""
+    return cache_dir() / f"bin-{TAG}-b{BUILD_RECIPE}"
+
+
 def built_dir() -> Path:
-    """The cached build: bin/ (the commands), root/ (the served tree), the key and build.json."""
-    return cache_dir() / f"{TAG}-r{RECIPE}"
+    """The cached repository: root/ (the served tree), the public key, build.json."""
+    return cache_dir() / f"{TAG}-b{BUILD_RECIPE}-r{RECIPE}"
 
 
 def source_commit(tarball: Path) -> str:
@@ -204,8 +211,8 @@ def _maintainer_scripts(bins: Path, version: str) -> dict[str, str]:
     return scripts
 
 
-def _package(bins: Path, debs: Path, version: str, note: str) -> Path:
-    root = bins.parent / "pkgroot" / version  # beside bin/, never under the served tree
+def _package(bins: Path, scratch: Path, debs: Path, version: str, note: str) -> Path:
+    root = scratch / version
     for path, (src, mode) in _install_files(bins).items():
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -238,25 +245,50 @@ def _package(bins: Path, debs: Path, version: str, note: str) -> Path:
     return deb
 
 
-def _build(target: Path) -> None:
-    tarball = source_tarball()
-    if not tarball.is_file():
-        raise MissingSource(f"{tarball} is missing: make it once with `{SOURCE_SCRIPT} [GIT_DIR_OR_URL]` (NVIDIA's "
-                            f"{TAG} source; the default URL is GitHub's)")
-    commit = source_commit(tarball)
+def _missing_source() -> MissingSource:
+    return MissingSource(f"{source_tarball()} is missing: make it once with `{SOURCE_SCRIPT} [GIT_DIR_OR_URL]` "
+                         f"(NVIDIA's {TAG} source; the default URL is GitHub's)")
+
+
+def _remove_leftovers(target: Path) -> None:
+    """Under the lock: a half-made `target` and the work folders of builds that died (no one else builds now)."""
+    for path in [target, *target.parent.glob(target.name + ".tmp-*")]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def build_binaries() -> Path:
+    """bin_dir(), the commands built under the cache lock when missing (7.4 minutes on 2 busy cores)."""
+    target = bin_dir()
+    if (target / "build.json").is_file():
+        return target
+    with cache_lock("standin-container-toolkit-bin"):
+        if not (target / "build.json").is_file():  # whoever waited finds it made
+            tarball = source_tarball()
+            if not tarball.is_file():
+                raise _missing_source()
+            commit = source_commit(tarball)
+            _remove_leftovers(target)
+            work = target.with_name(target.name + f".tmp-{os.getpid()}")
+            start = time.monotonic()
+            _build_binaries(tarball, work, commit)
+            (work / "build.json").write_text(json.dumps({
+                "tag": TAG, "commit": commit, "build_recipe": BUILD_RECIPE, "go_package": GO,
+                "build_seconds": round(time.monotonic() - start),
+                "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+            work.rename(target)
+    return target
+
+
+def _build(bins: Path, target: Path) -> None:
+    info = json.loads((bins / "build.json").read_text())
     work = target.with_name(target.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    start = time.monotonic()
-    _build_binaries(tarball, work / "bin", commit)
-    built = time.monotonic() - start
     served = work / "root" / REPO_PATH
     debs = served / "stable" / "deb" / ARCH
     debs.mkdir(parents=True)
     gpg, fpr = new_key(work / "gnupg")
-    _package(work / "bin", debs, PINNED, f"Built from commit {commit}.")
-    _package(work / "bin", debs, NEWER, f"NOT A RELEASE: the {VERSION} binaries under a higher version, so that a "
-             "pin that does not hold shows.")
+    _package(bins, work / "pkgroot", debs, PINNED, f"Built from commit {info['commit']}.")
+    _package(bins, work / "pkgroot", debs, NEWER, f"NOT A RELEASE: the {VERSION} binaries under a higher version, "
+             "so that a pin that does not hold shows.")
     sign_flat_repository(debs, gpg, ARCH)
     armoured = subprocess.run([*gpg, "--export", "--armor"], check=True, capture_output=True).stdout
     (served / "gpgkey").write_bytes(armoured)
@@ -265,23 +297,24 @@ def _build(target: Path) -> None:
         subprocess.run([*gpg, "--export"], check=True, capture_output=True).stdout)
     subprocess.run(["gpgconf", "--homedir", str(work / "gnupg"), "--kill", "all"], capture_output=True)
     shutil.rmtree(work / "gnupg")  # the private key: the repository is never signed again
-    shutil.rmtree(work / "pkgroot", ignore_errors=True)
+    shutil.rmtree(work / "pkgroot")
     (work / "build.json").write_text(json.dumps({
-        "tag": TAG, "commit": commit, "recipe": RECIPE, "fingerprint": fpr, "go_package": GO,
-        "build_seconds": round(built), "versions": [PINNED, NEWER],
-        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+        **info, "recipe": RECIPE, "fingerprint": fpr, "versions": [PINNED, NEWER], "bin": str(bins),
+        "packaged": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
     work.rename(target)
 
 
 def build_repo() -> Path:
-    """The built stand-in (built_dir()), built under the cache lock when missing; a few minutes on 2 cores."""
+    """built_dir(), the stand-in repository, made under the cache lock when missing (seconds, once the commands are
+    built: build_binaries())."""
     target = built_dir()
     if (target / "build.json").is_file():
         return target
+    bins = build_binaries()
     with cache_lock("standin-container-toolkit"):
         if not (target / "build.json").is_file():  # whoever waited finds it made
-            shutil.rmtree(target, ignore_errors=True)
-            _build(target)
+            _remove_leftovers(target)
+            _build(bins, target)
     return target
 
 

@@ -11,6 +11,7 @@ Nothing here says anything about NVIDIA's real packages (their dependencies, con
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import subprocess
 from pathlib import Path
@@ -54,7 +55,8 @@ def sign_flat_repository(out: Path, gpg: list[str], architectures: str = "all am
                               capture_output=True).stdout
     (out / "Packages").write_bytes(packages)
     sha = hashlib.sha256(packages).hexdigest()
-    release = ("Origin: provision stand-in\nLabel: provision stand-in\nSuite: ./\n"
+    date = email.utils.formatdate(usegmt=True)  # apt warns "Invalid 'Date' entry" without one
+    release = (f"Origin: provision stand-in\nLabel: provision stand-in\nSuite: ./\nDate: {date}\n"
                f"Architectures: {architectures}\nSHA256:\n {sha} {len(packages)} Packages\n")
     (out / "Release").write_text(release)
     subprocess.run([*gpg, "--yes", "--clearsign", "--digest-algo", "SHA512", "-o", str(out / "InRelease"),
