@@ -383,6 +383,13 @@ def _wheel_sizes(text: str) -> dict[str, int]:
     return found
 
 
+def read_subids(names: list[str]) -> dict:
+    """The accounts' subordinate ids, with whether provision's ledger owns each account (system.read_subids)."""
+    if not names:
+        return {}
+    return system.read_subids(names, ledger.owned(ledger.read_trusted(ledger.PATH), "accounts"))
+
+
 def gather(params: dict) -> dict:
     environment = params.get("venv") or {}
     facts = {
@@ -393,9 +400,7 @@ def gather(params: dict) -> dict:
         "trees": {path: read_tree(path) for path in params.get("trees") or []},
         "services": system.read_services(list(params.get("services") or [])),
         "accounts": system.read_accounts(list(params.get("accounts") or [])),
-        "subids": system.read_subids(list(params.get("subids") or []),
-                                     ledger.owned(ledger.read_trusted(ledger.PATH), "accounts"))
-                  if params.get("subids") else {},
+        "subids": read_subids(list(params.get("subids") or [])),
         "interpreter": read_interpreter(params.get("interpreter") or ""),
         "venv": {},
         "fingerprint": fingerprint.read(params["fingerprint"]) if params.get("fingerprint") else {},
