@@ -42,5 +42,5 @@ def test_docker_is_enabled_and_not_faked_started(host):
 
 def test_the_rootless_account_has_subordinate_ids(host):
     if engine(host) == "podman":
-        assert host.file("/etc/subuid").contains("^ml:[0-9]+:65536$")
-        assert host.file("/etc/subgid").contains("^ml:[0-9]+:65536$")
+        assert host.file("/etc/subuid").contains("^ml:[0-9][0-9]*:65536$")
+        assert host.file("/etc/subgid").contains("^ml:[0-9][0-9]*:65536$")
