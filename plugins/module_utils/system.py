@@ -62,6 +62,47 @@ def read_accounts(names: list[str]) -> dict:
     return found
 
 
+SUBID_FILES = {"subuid": "/etc/subuid", "subgid": "/etc/subgid"}
+SUBID_FIRST = 100000  # where useradd's SUB_UID_MIN starts on Debian and Ubuntu (login.defs)
+SUBID_COUNT = 65536  # useradd's SUB_UID_COUNT
+
+
+def parse_subids(text: str) -> list[tuple[str, int, int]]:
+    """(account, first id, count) of each `name:first:count` line of /etc/subuid or /etc/subgid."""
+    out = []
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
+def free_subid_range(entries: list[tuple[str, int, int]], count: int = SUBID_COUNT) -> int:
+    """The first id from SUBID_FIRST where `count` ids overlap no range in use (as useradd picks one)."""
+    start = SUBID_FIRST
+    for _name, first, size in sorted(entries, key=lambda e: e[1]):
+        if first + size <= start:
+            continue
+        if first >= start + count:
+            break
+        start = first + size
+    return start
+
+
+def read_subids(names: list[str], owned_accounts: set[str]) -> dict:
+    """Per account: its subordinate uid and gid ranges ([first, count] each), whether provision's ledger owns the
+    account (provision created it), and the first free range of each file where one must be added."""
+    found: dict[str, dict] = {}
+    tables = {kind: parse_subids(read_text(path)) for kind, path in SUBID_FILES.items()}
+    for name in names:
+        entry: dict = {"owned": name in owned_accounts}
+        for kind, rows in tables.items():
+            entry[kind] = [[first, count] for who, first, count in rows if who == name]
+            entry[f"{kind}_free"] = free_subid_range(rows)
+        found[name] = entry
+    return found
+
+
 def read_text(path: str) -> str:
     """A small text file (/proc's), "" when it cannot be read."""
     try:

@@ -79,6 +79,14 @@ options:
     type: list
     elements: str
     default: []
+  subids:
+    description:
+      - Account names whose subordinate uid and gid ranges (C(/etc/subuid), C(/etc/subgid)) to read, for rootless
+        containers, with whether provision created the account (the ledger at C(/var/lib/provision/ledger.json)
+        lists it, or the note of the apply under way says it was absent when the apply began).
+    type: list
+    elements: str
+    default: []
   interpreter:
     description:
       - A root-owned system interpreter whose C(major.minor) version to read (for example C(/usr/bin/python3)).
@@ -175,6 +183,14 @@ accounts:
   description: Per account asked, C(exists), and when it does C(uid), C(gid), C(home), C(shell).
   returned: always
   type: dict
+subids:
+  description: Per account asked, C(subuid) and C(subgid) (lists of C([first, count])), C(owned) (provision created
+    the account) and C(subuid_free), C(subgid_free) (the first id of a free range of 65536 from 100000, as useradd
+    picks one).
+  returned: always
+  type: dict
+  sample: {"ml": {"subuid": [[100000, 65536]], "subgid": [[100000, 65536]], "owned": true, "subuid_free": 165536,
+           "subgid_free": 165536}}
 interpreter:
   description: C(path) and C(version) (C(major.minor.micro)) of O(interpreter), or empty when not asked.
   returned: always
@@ -213,7 +229,7 @@ import stat  # noqa: E402
 import subprocess  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.provision.gpu.plugins.module_utils import dpkg, fingerprint, system  # noqa: E402
+from ansible_collections.provision.gpu.plugins.module_utils import dpkg, fingerprint, ledger, system  # noqa: E402
 from ansible_collections.provision.gpu.plugins.module_utils.environment import (  # noqa: E402
     SAFE_PATH,
     TIMEOUT_S,
@@ -367,6 +383,13 @@ def _wheel_sizes(text: str) -> dict[str, int]:
     return found
 
 
+def read_subids(names: list[str]) -> dict:
+    """The accounts' subordinate ids, with whether provision's ledger owns each account (system.read_subids)."""
+    if not names:
+        return {}
+    return system.read_subids(names, ledger.owned(ledger.read_trusted(ledger.PATH), "accounts"))
+
+
 def gather(params: dict) -> dict:
     environment = params.get("venv") or {}
     facts = {
@@ -377,6 +400,7 @@ def gather(params: dict) -> dict:
         "trees": {path: read_tree(path) for path in params.get("trees") or []},
         "services": system.read_services(list(params.get("services") or [])),
         "accounts": system.read_accounts(list(params.get("accounts") or [])),
+        "subids": read_subids(list(params.get("subids") or [])),
         "interpreter": read_interpreter(params.get("interpreter") or ""),
         "venv": {},
         "fingerprint": fingerprint.read(params["fingerprint"]) if params.get("fingerprint") else {},
@@ -410,6 +434,7 @@ def main() -> None:
             "dpkg_unfinished": {"type": "bool", "default": False},
             "services": {"type": "list", "elements": "str", "default": []},
             "accounts": {"type": "list", "elements": "str", "default": []},
+            "subids": {"type": "list", "elements": "str", "default": []},
             "interpreter": {"type": "path", "default": ""},
             "fingerprint": {"type": "dict", "default": {}},
             "space": {"type": "dict", "default": {}},

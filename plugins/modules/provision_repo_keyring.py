@@ -12,19 +12,25 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: provision_repo_keyring
-short_description: Check that a keyring package holds exactly the expected OpenPGP key
+short_description: Check that a keyring package (or a downloaded key) holds exactly the expected OpenPGP key
 description:
   - "Reads the C(.deb) at O(deb) (an C(ar) archive; its C(data.tar) member, compressed with gzip, xz or bzip2), finds
     the keyrings it installs (C(*.gpg) and C(*.asc) under C(usr/share/keyrings), C(etc/apt/keyrings) and
     C(etc/apt/trusted.gpg.d)) and computes the fingerprint of every primary key they hold (OpenPGP version 4,
     SHA-1 of the key packet; version 6, SHA-256)."
+  - Or reads the key file at O(key) (a repository's published signing key, ASCII-armored or binary, as Docker's and
+    NVIDIA's libnvidia-container repositories publish theirs) as one keyring.
   - Fails, naming what it found, unless there is at least one keyring and every primary key in them is O(fingerprint).
   - Reads only; nothing on the host changes (check mode runs it too).
 options:
   deb:
-    description: Path of the downloaded keyring package.
+    description: Path of the downloaded keyring package. One of O(deb) and O(key).
     type: path
-    required: true
+    default: ""
+  key:
+    description: Path of a downloaded key file. One of O(deb) and O(key).
+    type: path
+    default: ""
   fingerprint:
     description: The fingerprint every key must have (hexadecimal, spaces and case ignored).
     type: str
@@ -41,8 +47,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 keyrings:
-  description: The keyrings the package installs (paths inside it) and the fingerprints of their primary keys.
+  description: The keyrings the package installs (paths inside it; O(key) itself) and the fingerprints of their
+    primary keys.
   type: dict
+  returned: always
+armored:
+  description: Whether O(key) is ASCII-armored (apt reads it from a C(.asc) file, a binary one from a C(.gpg) file).
+  type: bool
   returned: always
 """
 
@@ -152,21 +163,29 @@ def problem(found: dict[str, list[str]], want: str) -> str | None:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"deb": {"type": "path", "required": True},
+    module = AnsibleModule(argument_spec={"deb": {"type": "path", "default": ""},
+                                          "key": {"type": "path", "default": ""},
                                           "fingerprint": {"type": "str", "required": True}},
+                           mutually_exclusive=[("deb", "key")], required_one_of=[("deb", "key")],
                            supports_check_mode=True)
     want = "".join(module.params["fingerprint"].split()).upper()
-    path = module.params["deb"]
+    path = module.params["deb"] or module.params["key"]
+    armored = False
     try:
         with open(path, "rb") as fh:
-            found = keyrings(fh.read())
-    except (OSError, ValueError, tarfile.TarError) as exc:
+            data = fh.read()
+        if module.params["key"]:
+            armored = data.lstrip().startswith(b"-----BEGIN PGP")
+            found = {path: fingerprints(data)}
+        else:
+            found = keyrings(data)
+    except (OSError, ValueError, IndexError, tarfile.TarError) as exc:
         module.fail_json(msg=f"{path}: cannot read its keyrings: {exc}", keyrings={})
     why = problem(found, want)
     if why:
         module.fail_json(msg=f"{path} is not trusted: {why}; the repository is added only with the key {want}",
                          keyrings=found)
-    module.exit_json(changed=False, keyrings=found)
+    module.exit_json(changed=False, keyrings=found, armored=armored)
 
 
 if __name__ == "__main__":

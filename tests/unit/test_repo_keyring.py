@@ -79,3 +79,22 @@ def test_a_package_with_another_key_or_none_is_refused(keys: dict, tmp_path: Pat
 def test_a_file_that_is_not_a_package_is_named() -> None:
     with pytest.raises(ValueError, match="not a Debian package"):
         mod.keyrings(b"<html>404</html>")
+
+
+@pytest.mark.parametrize("form", ["armored", "binary"])
+@pytest.mark.parametrize("case", ["planned", "another key", "another key beside"])
+def test_a_published_key_file_is_checked_as_one_keyring(keys: dict, tmp_path: Path, form: str, case: str) -> None:
+    """Docker's and NVIDIA's libnvidia-container repositories publish a key (gpgkey), not a keyring package: the
+    module reads the downloaded file (key:) and says whether it is armored, which names the file apt reads it from."""
+    fpr, binary, armored = keys["good"]
+    other_binary, other_armored = keys["other"][1], keys["other"][2]
+    data = {"planned": {"armored": armored, "binary": binary},
+            "another key": {"armored": other_armored, "binary": other_binary},
+            "another key beside": {"armored": armored + other_armored, "binary": binary + other_binary}}[case][form]
+    key = tmp_path / "gpgkey"
+    key.write_bytes(data)
+    proc, out = modules.run("provision_repo_keyring", {"key": str(key), "fingerprint": fpr}, tmp_path)
+    if case == "planned":
+        assert proc.returncode == 0 and out["armored"] is (form == "armored") and out["keyrings"] == {str(key): [fpr]}
+    else:
+        assert out.get("failed") and keys["other"][0] in out["msg"] and "is not trusted" in out["msg"]

@@ -1,0 +1,189 @@
+"""Issue 51's roles container_engine and nvidia_container_toolkit on a stock Debian 13 host over SSH (`provision
+sandbox up`), applied by plain ansible-playbook from the checkout's collection.
+
+- Refusals before any change: a daemon.json that is not JSON, and a Docker from a snap (/snap/bin/docker), each
+  refused in one line with nothing installed and the file as it was.
+- Docker from Debian (docker.io 26.1.5 on Debian 13) with CDI: features.cdi merged into a daemon.json that already
+  has the user's keys (kept), the docker group left without members, and, since dockerd cannot start in this
+  machine's unprivileged containers, the role's one line saying so (the service is enabled, never faked started).
+- NVIDIA Container Toolkit from a STAND-IN of NVIDIA's libnvidia-container repository (tests/support/
+  standin_container_toolkit.py: v1.20.0 built here from NVIDIA's source, signed with a TEST key, served from the
+  controller): the key checked by fingerprint, nvidia-container-toolkit-base pinned at 1.20.0-1 while the stand-in
+  offers 1.20.1-1, `nvidia-ctk runtime configure --runtime=docker`'s keys merged beside the user's, the runtime's
+  mode set to cdi, the nvidia-cdi-refresh units enabled and, with no GPU here, the one line that leaves the CDI
+  spec to them (no device is ever written).
+- A second apply changes nothing; a wrong fingerprint is refused before apt trusts the key; the ledger role of a plan
+  without containers takes back exactly the keys provision added (the user's daemon.json as it was).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.names import sandbox_name
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+NAME = sandbox_name("containers")
+DAEMON = "/etc/docker/daemon.json"
+USER_DAEMON = {"log-driver": "journald", "features": {"buildkit": True},
+               "runtimes": {"crun": {"path": "/usr/bin/crun"}}}
+PLAY = """\
+---
+- name: Containers
+  hosts: all
+  become: true
+  roles:
+    - provision.gpu.container_engine
+    - provision.gpu.nvidia_container_toolkit
+"""
+LEDGER_PLAY = """\
+---
+- name: A plan without containers
+  hosts: all
+  become: true
+  roles:
+    - provision.gpu.ledger
+"""
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def sh(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", NAME, "sh", "-c", command], capture_output=True, text=True,
+                          errors="replace", timeout=300)
+
+
+def dpkg() -> dict[str, str]:
+    lines = sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n'").stdout.splitlines()
+    return {p[1]: p[2] for p in (line.split() for line in lines) if p[0] == "ii"}
+
+
+def daemon_json() -> dict:
+    return json.loads(sh(f"cat {DAEMON}").stdout)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    from provision import sandbox
+    from tests.support.standin_container_toolkit import PINNED, standin_container_toolkit_repo
+
+    tmp = tmp_path_factory.mktemp("containers")
+    repo = standin_container_toolkit_repo()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PROVISION_STATE": str(tmp / "state"),
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "ANSIBLE_FORCE_COLOR": "false"}
+    subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
+    up = subprocess.run([sys.executable, "-m", "provision", "sandbox", "up", NAME, "--os", "debian-13", "-o",
+                         str(tmp / "inventory.yml")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    (tmp / "play.yml").write_text(PLAY)
+    (tmp / "ledger.yml").write_text(LEDGER_PLAY)
+    # The variables provision renders for a Debian 13 plan with `containers: docker` (CONTAINERS-INTERFACE.md), the
+    # toolkit's repository pointed at the stand-in.
+    plan = {
+        "container_engine_enabled": True, "container_engine_name": "docker", "container_engine_source": "distribution",
+        "container_engine_packages": ["docker.io"], "container_engine_version": "26.1.5", "container_engine_cdi": True,
+        "nvidia_container_toolkit_enabled": True, "nvidia_container_toolkit_version": "1.20.0",
+        "nvidia_container_toolkit_source": "nvidia-repo",
+        "nvidia_container_toolkit_packages": [f"nvidia-container-toolkit-base={PINNED}"],
+        "nvidia_container_toolkit_repo_url": repo.url, "nvidia_container_toolkit_repo_key_url": repo.key_url,
+        "nvidia_container_toolkit_repo_key_fingerprint": repo.fingerprint,
+        "nvidia_container_toolkit_mode": "cdi", "nvidia_container_toolkit_runtime_configure": "docker",
+        "nvidia_container_toolkit_runtime_mode": "cdi",
+    }
+    yield {"tmp": tmp, "env": env, "plan": plan, "repo": repo}
+    sandbox.remove(NAME)
+
+
+def apply(host: dict, play: str = "play.yml", **overrides) -> subprocess.CompletedProcess:
+    extra = host["tmp"] / "vars.json"
+    extra.write_text(json.dumps({**host["plan"], **overrides}))
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", "inventory.yml", play, "-e", f"@{extra}"],
+                          capture_output=True, text=True, cwd=host["tmp"], env=host["env"], timeout=1500,
+                          stdin=subprocess.DEVNULL)
+
+
+def out(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+def test_a_daemon_json_that_is_not_json_and_a_snap_docker_are_refused_before_any_change(host):
+    packages = dpkg()
+    sh(f"mkdir -p /etc/docker && printf '{{\"log-driver\": \"journald\",}}\\n' > {DAEMON}")
+    before = sh(f"sha256sum {DAEMON}").stdout
+    refused = apply(host)
+    assert refused.returncode != 0
+    # Python's json names the column of the trailing comma (3.13) or of the missing key after it (3.11).
+    assert re.search(rf"container_engine: {DAEMON}:1:2[67] is not JSON \(", refused.stdout), out(refused)
+    assert dpkg() == packages and sh(f"sha256sum {DAEMON}").stdout == before
+
+    sh(f"rm {DAEMON} && mkdir -p /snap/bin && printf '#!/bin/sh\\n' > /snap/bin/docker && chmod 755 /snap/bin/docker")
+    refused = apply(host)
+    assert refused.returncode != 0 and "container_engine: " in refused.stdout
+    assert "Docker from a snap (/snap/bin/docker)" in refused.stdout and "snap remove docker" in refused.stdout, out(refused)
+    assert dpkg() == packages and sh(f"test -e {DAEMON}").returncode != 0
+    sh("rm -r /snap")
+
+
+def test_a_wrong_key_is_refused_before_apt_trusts_it(host):
+    sh(f"mkdir -p /etc/docker && echo '{json.dumps(USER_DAEMON)}' > {DAEMON}")
+    wrong = apply(host, nvidia_container_toolkit_repo_key_fingerprint="0" * 40)
+    assert wrong.returncode != 0, out(wrong)
+    assert "is not trusted" in wrong.stdout and host["repo"].fingerprint in wrong.stdout, out(wrong)
+    assert sh("ls /etc/apt/keyrings/nvidia-container-toolkit.* /etc/apt/sources.list.d/nvidia-container-toolkit.*"
+              ).returncode != 0
+    assert "nvidia-container-toolkit-base" not in dpkg()
+
+
+def test_docker_and_the_toolkit_converge_beside_the_users_configuration(host):
+    members_before = sh("getent group docker").stdout  # docker.io made the group in the previous test's apply
+    first = apply(host)
+    assert first.returncode == 0, out(first)
+    installed = dpkg()
+    assert installed["docker.io"].startswith("26.1.5"), installed.get("docker.io")
+    assert installed["nvidia-container-toolkit-base"] == "1.20.0-1"
+    # The user's keys kept; CDI on; nvidia-ctk's runtime beside the user's crun.
+    assert daemon_json() == {"log-driver": "journald", "features": {"buildkit": True, "cdi": True},
+                             "runtimes": {"crun": {"path": "/usr/bin/crun"},
+                                          "nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
+    record = json.loads(sh("cat /var/lib/provision/json-keys.json").stdout)
+    assert sorted(record["files"][DAEMON]["owners"]) == ["container_engine", "nvidia_container_toolkit"]
+    # Nobody was put in the docker group.
+    group = sh("getent group docker").stdout.strip()
+    assert group.split(":")[3] == "" and (not members_before or members_before.strip() == group), group
+    # dockerd cannot start in this unprivileged container: one line, the service enabled, not started.
+    lines = [line for line in first.stdout.splitlines() if "cannot start inside this unprivileged" in line]
+    assert len(lines) == 1 and "container_engine: docker is installed and enabled" in lines[0], out(first)
+    assert sh("systemctl is-enabled docker").stdout.strip() == "enabled"
+    assert sh("systemctl is-active docker").stdout.strip() != "active"
+    # The pin holds 1.20.0-1 while the stand-in offers 1.20.1-1.
+    policy = sh("apt-cache policy nvidia-container-toolkit-base").stdout
+    assert "1.20.1-1" in policy and "Candidate: 1.20.0-1" in policy, policy
+    assert sh("grep -q 'Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc' "
+              "/etc/apt/sources.list.d/nvidia-container-toolkit.sources").returncode == 0
+    # The runtime's mode, the refresh units, and no GPU: the spec left to them in one line, no device written.
+    assert sh("grep -Eq '^ *mode = \"cdi\"' /etc/nvidia-container-runtime/config.toml").returncode == 0
+    for unit in ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service"):
+        assert sh(f"systemctl is-enabled {unit}").stdout.strip() == "enabled", unit
+    lines = [line for line in first.stdout.splitlines() if "nvidia_container_toolkit: no NVIDIA driver answers" in line]
+    assert len(lines) == 1 and "failed to initialize NVML" in lines[0], out(first)
+    assert "so the CDI spec /var/run/cdi/nvidia.yaml is left to nvidia-cdi-refresh" in lines[0]
+    assert sh("test -e /var/run/cdi/nvidia.yaml").returncode != 0
+
+    again = apply(host)
+    assert again.returncode == 0 and "changed=0" in again.stdout, out(again)
+
+
+def test_the_ledger_of_a_plan_without_containers_takes_back_only_provisions_keys(host):
+    gone = apply(host, "ledger.yml", ledger_containers_wanted=False, ledger_planned={})
+    assert gone.returncode == 0, out(gone)
+    assert daemon_json() == USER_DAEMON
+    assert json.loads(sh("cat /var/lib/provision/json-keys.json").stdout)["files"] == {}
