@@ -31,7 +31,8 @@ from provision.verify.expect import Expect
 # host_record runs last and always (even under --tags): it records what is installed now.
 # ledger runs first: it removes what the ledger says provision installed for an earlier plan and this one does not
 # want, before anything is installed (docs/hosts.md, "The ledger").
-ROLES = ("ledger", "nvidia_driver", "python_env", "cuda", "cudnn", "jupyter", "gpu_verify", "host_record")
+ROLES = ("ledger", "nvidia_driver", "python_env", "cuda", "cudnn", "container_engine", "nvidia_container_toolkit",
+         "jupyter", "gpu_verify", "host_record")
 # Runs in plays of its own before every other play: each host is read once, and when one is refused (a foreign driver,
 # a held port, ...) a gate play stops every host of the run before the first change on any (roles/preflight).
 PREFLIGHT = "preflight"
@@ -136,6 +137,8 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
         paths += [plan.python.managed.prefix]
     if plan.python.installer is not None:  # uv, which python_env unpacks: another version's directory is removed
         paths += [str(PurePosixPath(plan.python.installer.prefix).parent), plan.python.installer.prefix]
+    if plan.containers is not None:
+        paths += container_paths(plan)
     return {
         "packages": record_packages(plan),
         "wheels": sorted(set(wheels)),
@@ -147,6 +150,22 @@ def ledger_planned(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, An
         # The environment is made again when its bin/python is another interpreter (system <-> managed).
         "interpreter": plan.python.interpreter,
     }
+
+
+def container_paths(plan: Plan) -> list[str]:
+    """What the container roles write for a plan with containers (roles/container_engine, nvidia_container_toolkit):
+    the toolkit's pin and runtime configuration (its postinst creates config.toml, which dpkg's purge leaves),
+    containerd's drop-in, and the keyring and sources entry of each repository added with its published key."""
+    assert plan.containers is not None
+    at = host_paths()
+    paths = [at["container_toolkit_pin"], at["container_runtime_config_dir"]]
+    if plan.containers.toolkit.runtime_configure == "containerd":
+        paths.append(at["containerd_dropin"])
+    for repo in (plan.containers.toolkit.repo, plan.containers.engine_repo):
+        if repo is not None:
+            paths += [f"{at['apt_keyrings_dir']}/{repo.name}.asc", f"{at['apt_keyrings_dir']}/{repo.name}.gpg",
+                      f"{at['apt_sources_dir']}/{repo.name}.sources"]
+    return paths
 
 
 @cache
@@ -182,6 +201,10 @@ def fingerprint_vars(plan: Plan, key_vars: dict[str, Any], *, skip_frameworks: b
     skip = {*(at[name] for name in FINGERPRINT_SKIP), plan.python.venv}
     if plan.jupyter.enabled:
         files.append(at["jupyter_unit_file"])
+    if plan.containers is not None and "docker" in (plan.containers.engine, plan.containers.toolkit.runtime_configure):
+        # provision's keys in Docker's configuration (roles/container_engine, nvidia_container_toolkit): an edit
+        # takes the full path, which puts a key provision owns back or refuses the user's conflicting one.
+        files.append(at["docker_daemon_json"])
     if plan.python.managed is not None:
         # A managed interpreter counts by its directory's owner and mode and by the stamp python_env writes once it
         # is whole (the archive's sha256 in it), not file by file: thousands of root-owned files read on every apply.
@@ -293,6 +316,7 @@ def ansible_vars(plan: Plan, *, skip_frameworks: bool = False, fetch_dir: str | 
         "ledger_planned": planned,
         "ledger_venv": venv,
         "ledger_components_wanted": components_wanted(plan),
+        "ledger_containers_wanted": plan.containers is not None,
         "nvidia_driver_install": plan.driver.install,
         "nvidia_driver_branch": plan.driver.branch or "",
         "nvidia_driver_source": plan.driver.source,

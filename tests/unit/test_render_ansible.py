@@ -71,9 +71,29 @@ def test_skip_frameworks_drops_them(deskmini):
     assert v["python_env_frameworks"] == [] and v["gpu_verify_expect"]["frameworks"] == []
 
 
-@pytest.mark.parametrize("plan_name", ["deskmini", "awsp2"])
+def _with_containers(engine: str, os_id: str):
+    """The DeskMini profile with `software.containers: ENGINE`, planned from the real database on OS_ID."""
+    from provision.compat import load_db
+    from provision.loader import load_profile
+    from provision.resolver import resolve
+
+    profile = load_profile(ROOT / "profiles/deskmini.yaml", os_override=os_id)
+    software = profile.software.model_copy(update={"containers": engine})
+    return resolve(profile.model_copy(update={"software": software}), load_db())
+
+
+CONTAINER_PLANS = [(engine, os_id) for os_id in ("debian-12", "debian-13")
+                   for engine in ("docker", "docker-ce", "podman", "containerd")]
+
+
+@pytest.mark.parametrize("plan_name", ["deskmini", "awsp2", *(f"{e}@{o}" for e, o in CONTAINER_PLANS)])
 def test_every_var_is_a_role_input_and_required_inputs_are_given(plan_name, request):
-    v = ansible_vars(request.getfixturevalue(plan_name))
+    if "@" in plan_name:  # the container roles' inputs (container_engine, nvidia_container_toolkit) from real plans
+        plan = _with_containers(*plan_name.split("@"))
+        assert plan.containers is not None
+    else:
+        plan = request.getfixturevalue(plan_name)
+    v = ansible_vars(plan)
     specs = _specs()
     known = {name for opts in specs.values() for name in opts}
     assert set(v) - known == set(), "vars no role declares"
