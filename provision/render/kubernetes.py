@@ -14,10 +14,10 @@ from typing import Any
 
 from provision import __version__
 from provision.errors import printable
-from provision.resolver.gpu_operator import OperatorChoice
 from provision.models import Plan
 from provision.render.ansible import write_yaml
 from provision.render.docker import image_account
+from provision.resolver.gpu_operator import OperatorChoice
 
 VALUES_FILE = "gpu-operator-values.yaml"
 JOB_FILE = "verify-job.yaml"

@@ -104,8 +104,8 @@ def test_every_plan_gets_a_gpu_operator_or_a_refusal_that_says_what_would_work(o
     import kubernetes_validate
 
     from provision.errors import IncompatibleError
-    from provision.resolver.gpu_operator import choose_operator, load_gpu_operator
     from provision.render.kubernetes import helm_values, verify_job
+    from provision.resolver.gpu_operator import choose_operator, load_gpu_operator
 
     data = load_gpu_operator()
     validated = {b for r in data.releases for b in r.driver_branches}

@@ -20,10 +20,10 @@ from kubernetes_validate.utils import all_versions
 
 from provision.compat import Branch, load_db
 from provision.errors import IncompatibleError
-from provision.resolver.gpu_operator import GpuOperatorData, choose_operator, load_gpu_operator
 from provision.models import Plan
 from provision.render.docker import render_dockerfile
 from provision.render.kubernetes import helm_values, job_name, readme_section, verify_job, write_kubernetes
+from provision.resolver.gpu_operator import GpuOperatorData, choose_operator, load_gpu_operator
 from provision.runners.docker import default_tag
 from tests.support.plans import aws_p2, deskmini, jetson_orin_nano, real_plan
 
