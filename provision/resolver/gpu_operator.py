@@ -127,6 +127,14 @@ def choose_operator(plan: Plan, data: GpuOperatorData, branches: tuple[Branch, .
                         f"release validates R{branch}; a driver branch that "
                         f"{newer[0].version if newer else 'a newer release'} validates "
                         f"({_branches(set(newer[0].driver_branches)) if newer else '-'}) moves the nodes onto it")
+    engine = plan.containers.engine if plan.containers is not None else None
+    if engine != "containerd":
+        # The values turn the operator's toolkit off: the node's containerd must have the NVIDIA runtime already,
+        # which the nvidia_container_toolkit role configures only for `software.containers: containerd`.
+        warnings.append(f"the profile plans {'no container engine' if engine is None else engine} "
+                        "(software.containers), so provision does not configure a containerd with NVIDIA's runtime "
+                        "on these nodes, and these values turn the operator's toolkit off: set "
+                        "`software.containers: containerd` in the profile for Kubernetes nodes")
     if plan.target.os_id not in chosen.validated_os:
         warnings.append(f"{plan.target.os_id} is not among the systems NVIDIA validated GPU Operator "
                         f"{chosen.version} on ({', '.join(chosen.validated_os)}): the operator's OS-specific part "

@@ -70,7 +70,8 @@ def _on(plan: Plan, branch: str | None = None, os_id: str | None = None) -> Plan
 def test_the_newest_release_that_validates_the_branch_wins_by_version_not_by_row_order_or_string():
     choice = choose_operator(_on(deskmini(), "580", "ubuntu-24.04"), DATA, BRANCHES)
     assert choice.release.version == "10.1.0"  # "9.9.0" > "10.1.0" as strings; listed first
-    assert choice.warnings == ()
+    (engine,) = choice.warnings  # a plan without containers: the node's containerd is not configured by provision
+    assert "plans no container engine" in engine and "software.containers: containerd" in engine
     assert "R580" in choice.reason.why and choice.reason.source == S["source"]
     assert choose_operator(_on(deskmini(), "595", "ubuntu-24.04"), DATA).release.version == "9.9.0"
 
@@ -79,7 +80,8 @@ def test_an_older_release_for_an_older_branch_says_so_and_warns_of_its_support_a
     choice = choose_operator(deskmini(), DATA, BRANCHES)  # R550 on debian-13
     assert choice.release.version == "9.3.0"
     assert "newer releases (10.1.0, 9.9.0) do not validate R550" in choice.reason.why
-    support, system = choice.warnings
+    support, engine, system = choice.warnings
+    assert "software.containers: containerd" in engine
     assert "past its end of support" in support and "10.1.0" in support and "R610" in support
     assert "debian-13 is not among the systems" in system and "ubuntu-24.04" in system
 
@@ -324,3 +326,20 @@ def test_the_shipped_profiles_get_these_releases(profile, os, version):
     """The live table (a data refresh changes this on purpose): R580 and R595 take the newest, Debian 13's R550 the
     last release that validated it."""
     assert choose_operator(real_plan(profile, os), load_gpu_operator()).release.version == version
+
+
+@pytest.mark.parametrize(("engine", "warned"), [("containerd", False), ("docker", True), ("none", True)])
+def test_nodes_whose_containerd_provision_configures_get_no_engine_warning(engine, warned):
+    """The values turn the operator's toolkit off: only `software.containers: containerd` has provision configure the
+    node's containerd with NVIDIA's runtime (roles/nvidia_container_toolkit); any other plan is warned, in one line."""
+    from provision.loader import load_profile
+    from provision.resolver import resolve
+
+    db = load_db()
+    profile = load_profile(ROOT / "profiles/deskmini.yaml", os_override="debian-13", db=db)
+    plan = resolve(profile.model_copy(update={"software": profile.software.model_copy(
+        update={"containers": engine})}), db)
+    choice = choose_operator(plan, load_gpu_operator(), db.branches)
+    lines = [w for w in choice.warnings if "software.containers" in w]
+    assert len(lines) == (1 if warned else 0)
+    assert all("\n" not in w for w in lines)
