@@ -10,6 +10,7 @@ ARGS_JSON keys: user, venv, packages (dpkg names), smi (read the driver version 
 Jupyter unit, or ""), http (a list of [url, token file or ""]), http_status (the text of http_status.py).
 """
 
+import grp
 import json
 import os
 import pwd
@@ -92,9 +93,14 @@ def main(args: dict) -> int:
         out["distributions"] = None
     out["distributions_error"] = None if out["distributions"] is not None else (listed or {}).get("stderr", "no environment")
     try:
-        out["uid"] = pwd.getpwnam(user).pw_uid
+        account = pwd.getpwnam(user)
+        out["uid"] = account.pw_uid
+        # Every group the account is in (its primary and the supplementary ones), by name: a group whose socket or
+        # files are root's by another name (docker) is a path to root.
+        out["groups"] = sorted({grp.getgrgid(gid).gr_name for gid in os.getgrouplist(user, account.pw_gid)})
     except KeyError:
         out["uid"] = None
+        out["groups"] = []
     service = args.get("service") or ""
     if service:
         shown = run(["systemctl", "show", "-p", "ActiveState,SubState,UnitFileState,MainPID", "--", service])

@@ -183,6 +183,19 @@ def test_pip_package_at_planned_version(probe, name, version):
     assert found == version, f"{name} {found}, plan says {version}"
 
 
+# Groups that are root by another name: a member of `docker` talks to dockerd's socket, and a container it starts with
+# the host's / mounted is root on the host. provision never adds the notebook account to one (docs/security.md), even
+# where the plan installs Docker (software.containers: the account runs GPU containers rootless with podman instead).
+ROOT_EQUIVALENT_GROUPS = ("docker",)
+
+
+def test_the_account_is_in_no_group_that_is_root_by_another_name(probe):
+    found = sorted(set(probe["groups"]) & set(ROOT_EQUIVALENT_GROUPS))
+    assert not found, (f"{USER} is in the group(s) {', '.join(found)}: the docker socket is root by another name, a "
+                       f"path to root for whoever uses the account; remove it with `gpasswd -d {USER} {found[0]}` (for "
+                       "GPU containers without root: software.containers: podman, rootless)")
+
+
 def test_jupyter_service_running_as_user(probe):
     if not PLAN["jupyter"]["enabled"]:
         pytest.skip("jupyter disabled in the plan")

@@ -6,7 +6,9 @@ account with sudo, converged to the DeskMini plan without frameworks. Then:
 - a `.pth` file the account drops into the environment's site-packages runs on the next apply, but only as the
   account, never as root (docs/security.md: every interpreter of the environment runs as its owner);
 - root's login environment has no library path into the environment, the account's has;
-- `systemd-analyze security` rates the Jupyter unit below 6.0, and the server still answers an authenticated request.
+- `systemd-analyze security` rates the Jupyter unit below 6.0, and the server still answers an authenticated request;
+- an account someone put in the `docker` group (root by another name) fails `provision check`, in one line that says
+  how to take it out.
 """
 
 from __future__ import annotations
@@ -164,3 +166,25 @@ def test_a_probe_report_the_account_crafts_is_refused_and_reaches_no_root_file(a
         subprocess.run(["docker", "exec", "-u", USER, NAME, "ln", "-sfn", target, python], check=True)
         host("rm", "-f", "/tmp/pwned-0")
     assert host(python, "-c", "import sys; print(sys.prefix)").stdout.strip() == VENV
+
+
+def test_an_account_in_the_docker_group_fails_the_check_with_the_way_out(applied):
+    """provision never puts the notebook account in `docker` (issue 51: the socket is root by another name); where an
+    admin did, `provision check` says so and how to undo it, and passes again once it is undone."""
+    made = host("getent", "group", "docker", check=False).returncode != 0
+    if made:
+        host("groupadd", "--system", "docker")
+    host("usermod", "-aG", "docker", USER)
+    try:
+        proc = provision("check", "--sandbox", NAME, timeout=600)
+        assert proc.returncode != 0, output(proc)
+        assert re.search(r"test_the_account_is_in_no_group_that_is_root_by_another_name\S* FAILED", proc.stdout), \
+            output(proc)
+        assert f"{USER} is in the group(s) docker" in proc.stdout and f"gpasswd -d {USER} docker" in proc.stdout
+    finally:
+        host("gpasswd", "-d", USER, "docker")
+        if made:
+            host("groupdel", "docker")
+    again = provision("check", "--sandbox", NAME, timeout=600)
+    assert again.returncode == 0, output(again)
+    assert re.search(r"test_the_account_is_in_no_group_that_is_root_by_another_name\S* PASSED", again.stdout)
