@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.worker_seconds import WorkerSeconds
+
 # Seconds each group of tests took in a whole run (PROVISION_GROUP_SECONDS_OUT writes them): the groups start
 # longest first, so that the last to finish is a short one.
 GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
@@ -107,12 +109,24 @@ def longest_first(items: list[pytest.Item]) -> None:
 
 
 _group_seconds: dict[str, float] = {}
+_worker_seconds = WorkerSeconds()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each group's time (setup, call, teardown), for PROVISION_GROUP_SECONDS_OUT."""
+    """Sum each group's time (setup, call, teardown), for PROVISION_GROUP_SECONDS_OUT, and the run's worker-seconds.
+    In a parallel run the controller gets here with every worker's reports."""
     group = test_group(report.nodeid)
     _group_seconds[group] = _group_seconds.get(group, 0.0) + report.duration
+    _worker_seconds.add(report.nodeid, report.duration)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's --durations list (pyproject: the 10 slowest setups, calls, teardowns)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """One line at the end of every run: the worker-seconds (every test's setup, call and teardown summed over the
+    workers), the figure docs/testing.md compares runs by. Not on a worker: its reports reach the controller."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _worker_seconds.per_test:
+        return
+    terminalreporter.write_line(_worker_seconds.line(int(config.getoption("numprocesses", None) or 0)))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
