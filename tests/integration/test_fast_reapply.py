@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import snapshot
 from tests.support.apt import APT_WAIT
 from tests.support.names import sandbox_name
 
@@ -60,13 +61,12 @@ def changed(stdout: str) -> int:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, converged_deskmini):
     """The session's converged DeskMini host (tests/support/snapshot.py: applied from bare, every role, and the
-    fingerprint recorded at the end; test_apply.py asserts that apply), started under this module's name."""
-    from provision import sandbox
-
+    fingerprint recorded at the end; test_apply.py asserts that apply), started under this module's name
+    (snapshot.start: the files' times put back, which docker commit keeps to the second)."""
     tmp = tmp_path_factory.mktemp("fast")
     h = Host(os.environ | {"PROVISION_STATE": str(tmp / "state")})
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
-    sandbox.start(NAME, "13", image=converged_deskmini)
+    snapshot.start(NAME, converged_deskmini)
     yield h
     subprocess.run([sys.executable, "-m", "provision", "sandbox", "down", NAME], capture_output=True, cwd=ROOT,
                    env=h.env)
