@@ -55,23 +55,27 @@ def current() -> bool:
     return proc.returncode == 0 and proc.stdout.strip() == SESSION
 
 
-# `docker commit` keeps a file's modification time to the second only (its layer is a tar): every file whose time
-# had a fraction would come back changed, and the fingerprint reads the time of the files another account owns in
-# provision's paths (docs/hosts.md). So the times with a fraction are listed in the image beside the files, and put
-# back when a host starts from it (start()): the host is then the one committed, to the nanosecond.
+# `docker commit` keeps a file's modification time to the second only (its layer is a tar), and the fingerprint
+# (plugins/module_utils/fingerprint.py, entry_state) counts a regular file by its time where root does not own it or
+# it is over 16 MiB: such a file with a fraction of a second would come back changed ("a file provision wrote
+# changed", the full path). So those times are listed in the image beside the files and put back when a host starts
+# from it (start()). Not the environment's (VENV): the fingerprint counts it by names, versions and contents. Only
+# those: putting a time back copies the file up into the new container's own layer.
 MTIMES = "/.provision-test-mtimes.json"
+VENV = "/opt/provision/venv"
 _LIST_MTIMES = f"""
-import json, os
+import json, os, stat
 root_dev = os.lstat("/").st_dev
 found = {{}}
 for top, dirs, files in os.walk("/"):
     dirs[:] = [d for d in dirs if os.lstat(os.path.join(top, d)).st_dev == root_dev
-               and os.path.join(top, d) not in ("/proc", "/sys", "/dev", "/run", "/tmp")]
-    for entry in dirs + files:
+               and os.path.join(top, d) not in ("/proc", "/sys", "/dev", "/run", "/tmp", "{VENV}")]
+    for entry in files:
         path = os.path.join(top, entry)
-        ns = os.lstat(path).st_mtime_ns
-        if ns % 1_000_000_000:
-            found[path] = ns
+        st = os.lstat(path)
+        if (stat.S_ISREG(st.st_mode) and (st.st_uid != 0 or st.st_size > 16 * 1024 * 1024)
+                and st.st_mtime_ns % 1_000_000_000):
+            found[path] = st.st_mtime_ns
 with open("{MTIMES}", "w") as out:
     json.dump(found, out)
 print(len(found))
@@ -80,11 +84,8 @@ _PUT_BACK = f"""
 import json, os
 found = json.load(open("{MTIMES}"))
 os.remove("{MTIMES}")
-for path, ns in sorted(found.items(), key=lambda item: -len(item[0])):  # a directory after its entries
-    try:
-        os.utime(path, ns=(ns, ns), follow_symlinks=False)
-    except FileNotFoundError:
-        pass
+for path, ns in found.items():
+    os.utime(path, ns=(ns, ns), follow_symlinks=False)
 print(len(found))
 """
 
