@@ -555,10 +555,13 @@ def systemd_run_args(cgroup_version: int, userns: bool) -> list[str]:
 
 
 def start(name: str, release: str, *, hostname: str | None = None, extra_args: list[str] | None = None,
-          network: str | None = None, sudo_password: str | None = None, log=None, progress=None) -> Sandbox:
+          network: str | None = None, sudo_password: str | None = None, image: str | None = None, log=None,
+          progress=None) -> Sandbox:
     """Start a stock Debian host in a container (base image built if missing) and let the controller in over SSH.
 
     sudo_password: the admin account's sudo asks for this password (the account gets it); None: passwordless sudo.
+    image: start from this image instead of the base image: a `docker commit` of a sandbox of `release` (the tests'
+    converged host, tests/support/snapshot.py), which then boots as that host rebooted under a new name and port.
     Docker's bridge network by default, SSH published on 127.0.0.1 only. Where the bridge cannot resolve the package
     registries, PROVISION_SANDBOX_NETWORK=host puts sandboxes on the host's network (one at a time, then).
     """
@@ -566,7 +569,7 @@ def start(name: str, release: str, *, hostname: str | None = None, extra_args: l
     if network == "host":
         raise UsageError("PROVISION_SANDBOX_NETWORK=host: a sandbox is reached over SSH on a port of its own, which "
                          "the host network cannot give; use Docker's bridge network")
-    tag = ensure_base_image(release, log=log, progress=progress)
+    tag = image or ensure_base_image(release, log=log, progress=progress)
     key = ssh_key()
     if progress:
         progress(f"starting sandbox {name} (systemd, sshd)")

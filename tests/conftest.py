@@ -10,12 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import snapshot
+from tests.support.worker_seconds import WorkerSeconds
+
 # Seconds each group of tests took in a whole run (PROVISION_GROUP_SECONDS_OUT writes them): the groups start
 # longest first, so that the last to finish is a short one.
 GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
 # Modules that share one session fixture's host (tests/integration/conftest.py: deskmini_apply makes it once per
 # process) run in one worker, as one group. Checked at collection: a module that uses the fixture must be listed.
 SHARED_HOST_FIXTURE = "deskmini_apply"
+# The session's converged DeskMini image (tests/support/snapshot.py), which deskmini_apply commits after its apply:
+# shared across workers through a lock, so its modules need no group; longest_first starts them after the others.
+SNAPSHOT_FIXTURE = "converged_deskmini"
 SHARED_HOST_MODULES = {
     "tests/integration/test_apply.py": "deskmini",
     "tests/integration/test_least_privilege.py": "deskmini",
@@ -55,7 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason="no Docker engine running"))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker of a parallel run (scripts/test.sh): only they collect
         check_shared_hosts(items)
-        longest_first(items)
+        longest_first(items, int(getattr(config, "workerinput", {}).get("workercount", 1)))
 
 
 def test_group(nodeid: str) -> str:
@@ -92,32 +98,64 @@ def check_shared_hosts(items: list[pytest.Item]) -> None:
                                 "tests/conftest.py so that it runs in the worker that holds that host")
 
 
-def longest_first(items: list[pytest.Item]) -> None:
+def longest_first(items: list[pytest.Item], workers: int = 1) -> None:
     """Order the groups longest first by tests/group_seconds.json (a group it does not know counts as long when
     it has a slow test that runs); within a group, the collection's order. Every worker orders alike (each
-    collects, and xdist compares the collections)."""
+    collects, and xdist compares the collections).
+
+    Two exceptions, for the session's converged DeskMini image: the group that makes it (deskmini_apply's) starts
+    first, and a group that starts from it (SNAPSHOT_FIXTURE) no earlier than the `workers`-th place, so it runs
+    after a group of another worker, by when the image is made, rather than waiting for it (a wait is worker-seconds
+    too)."""
     seconds = json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.is_file() else {}
     weight: dict[str, float] = {}
+    makes, uses = set(), set()
     for item in items:
         group = test_group(item.nodeid)
         guess = 300.0 if "slow" in item.keywords and not item.get_closest_marker("skip") else 1.0
         weight[group] = max(weight.get(group, 0.0), float(seconds.get(group, guess)))
+        runs = not item.get_closest_marker("skip")
+        if runs and SHARED_HOST_FIXTURE in getattr(item, "fixturenames", ()):
+            makes.add(group)
+        if runs and SNAPSHOT_FIXTURE in getattr(item, "fixturenames", ()):
+            uses.add(group)
     first = {item.nodeid: i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-weight[test_group(item.nodeid)], first[item.nodeid]))
+    order = sorted(weight, key=lambda g: (g not in makes, -weight[g]))
+    others = [g for g in order if g not in uses]
+    later = [g for g in order if g in uses]
+    cut = min(max(workers, len(makes)), len(others))
+    order = others[:cut] + later + others[cut:]
+    place = {g: i for i, g in enumerate(order)}
+    items.sort(key=lambda item: (place[test_group(item.nodeid)], first[item.nodeid]))
 
 
 _group_seconds: dict[str, float] = {}
+_worker_seconds = WorkerSeconds()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each group's time (setup, call, teardown), for PROVISION_GROUP_SECONDS_OUT."""
+    """Sum each group's time (setup, call, teardown), for PROVISION_GROUP_SECONDS_OUT, and the run's worker-seconds.
+    In a parallel run the controller gets here with every worker's reports."""
     group = test_group(report.nodeid)
     _group_seconds[group] = _group_seconds.get(group, 0.0) + report.duration
+    _worker_seconds.add(report.nodeid, report.duration)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's --durations list (pyproject: the 10 slowest setups, calls, teardowns)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """One line at the end of every run: the worker-seconds (every test's setup, call and teardown summed over the
+    workers), the figure docs/testing.md compares runs by. Not on a worker: its reports reach the controller."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _worker_seconds.per_test:
+        return
+    terminalreporter.write_line(_worker_seconds.line(int(config.getoption("numprocesses", None) or 0)))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """PROVISION_GROUP_SECONDS_OUT=FILE: write each group's seconds there (copy it over tests/group_seconds.json
-    after a whole run to keep the longest-first order true)."""
+    after a whole run to keep the longest-first order true). The session's converged DeskMini image goes (its
+    hosts are gone: each module removes its own)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and shutil.which("docker"):
+        snapshot.remove()
     out = os.environ.get("PROVISION_GROUP_SECONDS_OUT")
     if out and not os.environ.get("PYTEST_XDIST_WORKER") and _group_seconds:
         ranked = dict(sorted(((g, round(s, 1)) for g, s in _group_seconds.items()), key=lambda gs: -gs[1]))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support import snapshot
 from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,12 +17,22 @@ DESKMINI_HOST = sandbox_name("deskmini")
 def deskmini_apply():
     """One stock Debian 13 host over SSH, `provision apply` of the DeskMini plan (frameworks skipped, no check):
     test_apply.py tests the apply itself, test_least_privilege.py what it leaves on the host. A full apply takes
-    minutes, so it is made once per session. The CompletedProcess of that first apply."""
-    subprocess.run(["docker", "rm", "-f", DESKMINI_HOST], capture_output=True)
-    proc = subprocess.run([sys.executable, "-m", "provision", "apply", str(ROOT / "profiles/deskmini.yaml"), "--os",
-                           "debian-13", "--sandbox", DESKMINI_HOST, "--skip-frameworks", "--yes", "--skip-check"],
-                          capture_output=True, text=True, timeout=1800, cwd=ROOT, stdin=subprocess.DEVNULL)
+    minutes, so it is made once per session. The CompletedProcess of that first apply.
+
+    Converged, the host is committed as the session's converged DeskMini (tests/support/snapshot.py) before any test
+    changes it, unless this session has one already: the modules that only need a converged host start from it."""
+    with snapshot.lock():  # a worker that needs the snapshot meanwhile waits for this apply instead of making its own
+        proc = snapshot.apply_from_bare(DESKMINI_HOST)
+        if proc.returncode == 0 and not snapshot.current():
+            snapshot.commit(DESKMINI_HOST)
     yield proc
     from provision import sandbox
 
     sandbox.remove(DESKMINI_HOST)  # the container and the Jupyter tunnel apply opened to it
+
+
+@pytest.fixture(scope="session")
+def converged_deskmini() -> str:
+    """The session's converged DeskMini image (tests/support/snapshot.py), made now unless the DeskMini host's
+    group (deskmini_apply) or another worker made it: start a host from it with provision.sandbox.start(image=...)."""
+    return snapshot.converged_deskmini()

@@ -53,6 +53,8 @@ def test_first_apply_converges(first_apply):
     # path the host took (a stock host has no record: every role), the verdict short.
     assert re.search(rf"^ ?{NAME}\s+profiles/deskmini\.yaml\s+ok \(full\)\s+\d+\s+verify \w+", first_apply.stdout, re.M), (
         first_apply.stdout[-3000:])
+    assert f"{NAME}: full path: no converged apply is recorded on the host" in first_apply.stdout, (
+        first_apply.stdout[-3000:])
 
 
 def test_check_is_green(first_apply):

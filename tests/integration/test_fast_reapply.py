@@ -1,5 +1,8 @@
-"""The fast re-apply (issue 29), on one stock Debian 13 host over SSH: a converged host runs only the verifier, the
+"""The fast re-apply (issue 29), on one Debian 13 host over SSH: a converged host runs only the verifier, the
 record and the checks; anything changed by hand sends the next apply down the full path, which repairs it.
+
+The host starts converged: the session's DeskMini host as its from-bare apply left it (tests/support/snapshot.py;
+that apply, and the full path it takes on a stock host, are test_apply.py's), under this module's name and state.
 
 Each case changes the converged host as a person could (a package removed, a wheel added or removed, a line added to
 a file provision wrote, the Jupyter unit stopped or disabled, a Debian component removed, the record naming an older
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import snapshot
 from tests.support.apt import APT_WAIT
 from tests.support.names import sandbox_name
 
@@ -55,12 +59,14 @@ def changed(stdout: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
+def host(tmp_path_factory, converged_deskmini):
+    """The session's converged DeskMini host (tests/support/snapshot.py: applied from bare, every role, and the
+    fingerprint recorded at the end; test_apply.py asserts that apply), started under this module's name
+    (snapshot.start: the files' times put back, which docker commit keeps to the second)."""
     tmp = tmp_path_factory.mktemp("fast")
     h = Host(os.environ | {"PROVISION_STATE": str(tmp / "state")})
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
-    first = h.apply()  # from a stock host: every role, and the fingerprint recorded at the end
-    assert f"{NAME}: full path: no converged apply is recorded on the host" in first.stdout
+    snapshot.start(NAME, converged_deskmini)
     yield h
     subprocess.run([sys.executable, "-m", "provision", "sandbox", "down", NAME], capture_output=True, cwd=ROOT,
                    env=h.env)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,3 +42,42 @@ def test_the_groups_sum_over_the_workers_and_the_longest_group(tmp_path):
     assert json.loads(out.read_text()) == {"tests/integration/test_faults.py": 90.0, "deskmini": 60.0,
                                            "tests/unit/test_x.py": 2.0}
     assert list(json.loads(out.read_text())) == ["tests/integration/test_faults.py", "deskmini", "tests/unit/test_x.py"]
+
+
+@pytest.mark.parametrize("workers", ["2", "0"])
+def test_every_run_ends_with_its_worker_seconds(tmp_path, workers):
+    """A real run of a small file, in two workers and in one process: its last lines before pytest's own say the
+    worker-seconds, which is the JUnit report's sum (setup, call and teardown of every test) and its test count."""
+    report = tmp_path / "run.xml"
+    # This test may itself run in an xdist worker: the run below is a whole run of its own, of its own session (the
+    # session's end removes that session's converged DeskMini image: never this one's).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(
+        ("PYTEST_XDIST", "PYTEST_CURRENT_TEST", "PROVISION_GROUP_SECONDS_OUT", "PROVISION_TEST_SESSION_START"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/unit/test_hashes.py", "-n", workers,
+                           "-p", "no:cacheprovider", f"--junitxml={report}"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    line = re.search(r"^worker-seconds: ([\d.]+) s over (\d+) tests \((.*?); wall (\d+) s\)$", proc.stdout, re.M)
+    assert line, proc.stdout[-3000:]
+    assert line[3] == ("2 workers" if workers == "2" else "1 process")
+    cases = list(ET.parse(report).getroot().iter("testcase"))
+    assert int(line[2]) == len(cases) == 3
+    junit = sum(float(case.get("time")) for case in cases)  # pytest's junit_duration_report "total": all three phases
+    assert float(line[1]) == pytest.approx(junit, abs=0.2)
+    assert float(line[1]) > 1  # two of the tests build and hash wheels: seconds each
+    assert "slowest 10 durations" in proc.stdout
+
+
+def test_the_snapshots_maker_starts_first_and_its_users_after(tmp_path):
+    """The collection a worker orders (tests/conftest.py's longest_first; one worker here): the DeskMini host's group,
+    which commits the session's converged DeskMini, first, then a group that starts from that image, then the rest."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "tests/integration/test_image.py", "tests/integration/test_fast_reapply.py",
+                           "tests/integration/test_apply.py", "tests/integration/test_ssh_hosts.py"],
+                          capture_output=True, text=True, cwd=ROOT, env=env | {"PYTEST_XDIST_WORKER": "gw0"},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    modules = [line.split("::")[0].rsplit("/", 1)[-1] for line in proc.stdout.splitlines() if "::" in line]
+    order = list(dict.fromkeys(modules))
+    assert order == ["test_apply.py", "test_ssh_hosts.py", "test_fast_reapply.py", "test_image.py"], order
