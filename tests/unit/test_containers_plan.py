@@ -321,7 +321,11 @@ INTERFACE_VARS = {
 def test_role_variables_are_the_interfaces_and_only_where_containers_are_planned():
     none = ansible_vars(resolve(profile("debian-12", "none"), DB))
     v = ansible_vars(resolve(profile("debian-12", "docker-ce"), DB))
-    assert set(v) - set(none) == INTERFACE_VARS
+    # The roles' inputs, and the preflight's checks of the engine (refused before the first change on any host).
+    assert set(v) - set(none) == INTERFACE_VARS | {"preflight_container_engine", "preflight_container_daemon_values",
+                                                   "preflight_container_rootless_user"}
+    assert (v["preflight_container_engine"], v["preflight_container_daemon_values"],
+            v["preflight_container_rootless_user"]) == ("docker", {"features": {"cdi": True}}, "")
     assert {k: v[k] for k in INTERFACE_VARS if k.startswith("container_engine")} == {
         "container_engine_enabled": True, "container_engine_name": "docker", "container_engine_source": "docker-ce",
         "container_engine_packages": ["docker-ce", "docker-ce-cli", "containerd.io"], "container_engine_version": "",
@@ -344,6 +348,8 @@ def test_role_variables_are_the_interfaces_and_only_where_containers_are_planned
     assert v["preflight_fingerprint"]["key"]["vars"] != none["preflight_fingerprint"]["key"]["vars"]
     podman = ansible_vars(resolve(profile("debian-13", "podman"), DB))
     assert podman["container_engine_rootless_user"] == "ml" and podman["container_engine_repo_url"] == ""
+    assert (podman["preflight_container_engine"], podman["preflight_container_daemon_values"],
+            podman["preflight_container_rootless_user"]) == ("podman", {}, "ml")
 
 
 def test_the_ledger_owns_the_engine_and_the_toolkit_so_dropping_containers_removes_them():
