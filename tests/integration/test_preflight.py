@@ -225,9 +225,10 @@ def test_a_half_configured_dpkg_is_reported_as_such(hosts):
 
 
 @pytest.mark.parametrize(("content", "expected"), [
-    ('{"log-driver": "local",}\n',
-     "Docker's configuration /etc/docker/daemon.json:1:24 is not JSON (Expecting property name enclosed in double "
-     "quotes): provision changes nothing in it; fix it (or move it away) and apply again"),
+    # A comma left out between two keys: every Python's json names the same line, column and message.
+    ('{"log-driver": "local"\n  "debug": true}\n',
+     "Docker's configuration /etc/docker/daemon.json:2:3 is not JSON (Expecting ',' delimiter): provision changes "
+     "nothing in it; fix it (or move it away) and apply again"),
 ], ids=["daemon-json-not-json"])
 def test_a_container_plans_bad_daemon_json_is_refused_before_the_driver(hosts, tmp_path, content, expected):
     from ruamel.yaml import YAML

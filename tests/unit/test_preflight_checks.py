@@ -334,7 +334,7 @@ def test_a_roles_own_line_after_a_rescued_failure_is_the_one_the_summary_names()
      "/etc/docker/daemon.json: features.cdi is false (not set by provision), the plan needs true: provision never "
      "overwrites a key it did not set; change or remove it yourself and apply again"),
     ('{"features": true}', {}, "features.cdi needs an object on its path"),
-    ('{"log-driver": "local",,}', {}, "/etc/docker/daemon.json:1:24 is not JSON ("),
+    ('{"log-driver": "local"\n  "debug": true}', {}, "/etc/docker/daemon.json:2:3 is not JSON (Expecting ',' delimiter)"),
     ('[1]', {}, "/etc/docker/daemon.json holds a JSON list, not an object"),
     # A key provision set (its record) at another value is provision's to change: not refused.
     ('{"features": {"cdi": false}}',
@@ -370,7 +370,7 @@ def test_the_module_refuses_the_container_engines_inputs_on_this_machine(tmp_pat
     snap = tmp_path / "snap-docker"
     snap.write_text("")
     daemon = tmp_path / "daemon.json"
-    daemon.write_text('{"log-driver": "local",}\n')
+    daemon.write_text('{"log-driver": "local"\n  "debug": true}\n')  # a comma left out: each Python says the same
     args = {"container_engine": "docker", "snap_docker": str(snap), "daemon_json": str(daemon),
             "daemon_values": {"features": {"cdi": True}}}
     _proc, result = modules.run("provision_preflight", args, tmp_path)
@@ -379,8 +379,8 @@ def test_the_module_refuses_the_container_engines_inputs_on_this_machine(tmp_pat
         f"Docker is installed as a snap ({snap}), which provision does not configure (the snap's dockerd reads its "
         "own configuration and the NVIDIA runtime does not reach it): remove it (`sudo snap remove docker`), then "
         "apply again",
-        f"Docker's configuration {daemon}:1:24 is not JSON (Expecting property name enclosed in double quotes): "
-        "provision changes nothing in it; fix it (or move it away) and apply again"]
+        f"Docker's configuration {daemon}:2:3 is not JSON (Expecting ',' delimiter): provision changes nothing in it; "
+        "fix it (or move it away) and apply again"]
     assert set(found) <= set(result["preflight"]["refusals"])
     # A podman plan checks neither (its engine reads no daemon.json); an account with ranges passes.
     users = {line.split(":")[0] for line in Path("/etc/subuid").read_text().splitlines()} & \
