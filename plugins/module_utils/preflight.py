@@ -8,8 +8,9 @@ import os
 import pwd
 import re
 
-from ansible_collections.provision.gpu.plugins.module_utils import dpkg, ledger, sources
+from ansible_collections.provision.gpu.plugins.module_utils import dpkg, json_keys, ledger, sources, system
 from ansible_collections.provision.gpu.plugins.module_utils.environment import name_of
+from ansible_collections.provision.gpu.plugins.module_utils.files import root_json
 
 LOGIN_DEFS = "/etc/login.defs"
 APT_DIR = "/etc/apt"
@@ -258,6 +259,67 @@ def nvidia_repo_others(entries: list[dict], prefix: str, keyring: str) -> list[s
     return sorted(set(found))
 
 
+def daemon_json_problem(path: str, text: str | None, record: dict, values: dict, owner: str) -> str:
+    """Why provision cannot merge `values` into the daemon.json `text` (None: absent), as the role's merge would
+    refuse it (json_keys.parse and json_keys.merge, the record of the keys provision set): not JSON, or a key of the
+    user's at another value. Empty when the merge would go through."""
+    try:
+        json_keys.merge(path, json_keys.parse(path, text), text is not None, json_keys.load_record(record), owner,
+                        values)
+    except json_keys.JsonKeysError as exc:
+        return str(exc)
+    return ""
+
+
+def subids_problem(name: str, exists: bool, entry: dict) -> str:
+    """Why the rootless account `name` cannot run podman (entry: system.read_subids' for it): it exists, provision did
+    not create it, and /etc/subuid or /etc/subgid has no range for it. Empty otherwise (an account provision creates
+    or created gets a free range from the role)."""
+    if not exists or entry.get("owned") or (entry.get("subuid") and entry.get("subgid")):
+        return ""
+    uid, gid = entry.get("subuid_free", system.SUBID_FIRST), entry.get("subgid_free", system.SUBID_FIRST)
+    last = system.SUBID_COUNT - 1
+    return (f"rootless podman for {name} needs subordinate uid and gid ranges, /etc/subuid or /etc/subgid has none "
+            f"for that account, and provision did not create it: run `sudo usermod --add-subuids {uid}-{uid + last} "
+            f"--add-subgids {gid}-{gid + last} {name}`, then apply again")
+
+
+def container_problems(params: dict) -> list[str]:
+    """The container engine's refusals (roles/container_engine makes the same checks where it runs alone): a Docker
+    from a snap, a daemon.json provision cannot merge into, a rootless account of the user's without subordinate ids."""
+    engine = str(params.get("container_engine") or "")
+    problems: list[str] = []
+    if not engine:
+        return problems
+    snap = str(params.get("snap_docker") or "")
+    if engine == "docker" and snap and os.path.lexists(snap):
+        problems.append(f"Docker is installed as a snap ({snap}), which provision does not configure (the snap's "
+                        "dockerd reads its own configuration and the NVIDIA runtime does not reach it): remove it "
+                        "(`sudo snap remove docker`), then apply again")
+    path = str(params.get("daemon_json") or "")
+    if engine == "docker" and path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text: str | None = handle.read()
+        except FileNotFoundError:
+            text = None
+        except UnicodeDecodeError:
+            text = "\ufffd"  # not UTF-8, so not JSON: parse says so with the file's name
+        problem = daemon_json_problem(path, text, root_json(json_keys.RECORD) or {},
+                                      dict(params.get("daemon_values") or {}), "container_engine")
+        if problem:
+            problems.append(f"Docker's configuration {problem}")
+    user = str(params.get("rootless_user") or "")
+    if engine == "podman" and user:
+        exists = system.read_accounts([user])[user]["exists"]
+        entry = system.read_subids([user], ledger.owned(ledger.read_trusted(str(params.get("ledger") or ledger.PATH)),
+                                                        "accounts"))[user]
+        problem = subids_problem(user, exists, entry)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
 def names(items: list[str]) -> str:
     shown = ", ".join(items[:MAX_NAMES])
     return shown + (f" and {len(items) - MAX_NAMES} more" if len(items) > MAX_NAMES else "")
@@ -340,4 +402,6 @@ def read_preflight(params: dict) -> dict:
         found["account"] = account_problem(account, str(params.get("home") or ""), existing, first)
         if found["account"]:
             refusals.append(found["account"])
+    found["containers"] = container_problems(params)
+    refusals.extend(found["containers"])
     return {"refusals": refusals, "found": found}

@@ -83,6 +83,31 @@ options:
     description: The planned account's home.
     type: str
     default: ""
+  container_engine:
+    description: The container engine the plan installs (C(docker), C(podman), C(containerd)); empty checks none.
+    type: str
+    default: ""
+  snap_docker:
+    description: Where a snap puts Docker's command; a Docker from a snap is refused (the plan's engine C(docker)).
+    type: str
+    default: ""
+  daemon_json:
+    description:
+      - Docker's configuration file; with the engine C(docker), a file that is not JSON, or holds a key of
+        O(daemon_values) at another value that provision did not set, is refused (the merge of provision_json_keys,
+        read-only).
+    type: str
+    default: ""
+  daemon_values:
+    description: The keys (nested) provision merges into O(daemon_json).
+    type: dict
+    default: {}
+  rootless_user:
+    description:
+      - The account that runs podman rootless; with the engine C(podman), one that exists, that provision did not create
+        (its ledger) and that has no subordinate uid or gid range is refused.
+    type: str
+    default: ""
   fingerprint:
     description:
       - One digest of the state provision owns on the host, read in this one call, and its comparison with the digest
@@ -116,6 +141,10 @@ EXAMPLES = r"""
     port_unit: provision-jupyter.service
     account: ml
     home: /home/ml
+    container_engine: docker
+    snap_docker: /snap/bin/docker
+    daemon_json: /etc/docker/daemon.json
+    daemon_values: {features: {cdi: true}}
   register: preflight_facts
 """
 
@@ -147,7 +176,8 @@ from ansible_collections.provision.gpu.plugins.module_utils import fingerprint, 
 from ansible_collections.provision.gpu.plugins.module_utils.errors import ModuleError  # noqa: E402
 
 CHECKS = ("driver_branch", "driver_packages", "driver_sources", "owned_packages", "ledger", "installer_files",
-          "nvidia_repo", "nvidia_repo_keyring", "nvidia_repo_planned", "port", "bind", "port_unit", "account", "home")
+          "nvidia_repo", "nvidia_repo_keyring", "nvidia_repo_planned", "port", "bind", "port_unit", "account", "home",
+          "container_engine", "snap_docker", "daemon_json", "daemon_values", "rootless_user")
 
 
 def main() -> None:
@@ -167,6 +197,11 @@ def main() -> None:
             "port_unit": {"type": "str", "default": ""},
             "account": {"type": "str", "default": ""},
             "home": {"type": "str", "default": ""},
+            "container_engine": {"type": "str", "default": ""},
+            "snap_docker": {"type": "str", "default": ""},
+            "daemon_json": {"type": "str", "default": ""},
+            "daemon_values": {"type": "dict", "default": {}},
+            "rootless_user": {"type": "str", "default": ""},
             "fingerprint": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,

@@ -455,6 +455,21 @@ def preflight_vars(plan: Plan) -> dict[str, Any]:
         "preflight_jupyter_bind": plan.jupyter.bind,
         "preflight_account": plan.user,
         **nvidia_repo_vars("preflight"),
+        **preflight_containers_vars(plan),
+    }
+
+
+def preflight_containers_vars(plan: Plan) -> dict[str, Any]:
+    """What the preflight checks of the container engine (roles/container_engine refuses the same, later): only where
+    the Plan has containers, so a plan without them renders and fingerprints as before. daemon.json's path is the
+    roles' default; the keys are those container_engine merges (its __container_engine_daemon_values)."""
+    c = plan.containers
+    if c is None:
+        return {}
+    return {
+        "preflight_container_engine": c.engine,
+        "preflight_container_daemon_values": {"features": {"cdi": True}} if c.engine == "docker" and c.cdi else {},
+        "preflight_container_rootless_user": c.rootless_user or "",
     }
 
 

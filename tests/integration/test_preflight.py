@@ -13,7 +13,11 @@ One host serves the cases in turn, each undone before the next:
   normal account with files in its home, which is not refused;
 - the planned account as a system account, then with another home;
 - dpkg left half-configured by a package whose post-installation script fails;
-- --dry-run refuses the same way.
+- --dry-run refuses the same way;
+- with a plan that has containers (software.containers: docker or podman): an /etc/docker/daemon.json that is not
+  JSON or sets features.cdi otherwise, a Docker from a snap, the rootless account of the user's without subordinate
+  ids, each refused before the driver, CUDA and the environment change anything (roles/container_engine, which runs
+  after them, would refuse them too late).
 A second host, clean, is in the run with a refused one: it is refused too, untouched (a run changes every host or
 none).
 
@@ -94,17 +98,19 @@ def hosts(tmp_path_factory):
             remove(name)
 
 
-def apply(inventory: Path, env: dict[str, str], *extra: str, os_name: str = "debian-13") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "provision", "apply", PROFILE, "-i", str(inventory), "--os", os_name,
+def apply(inventory: Path, env: dict[str, str], *extra: str, os_name: str = "debian-13",
+          profile: str = PROFILE) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "provision", "apply", profile, "-i", str(inventory), "--os", os_name,
                            *ARGS, *extra],
                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
 
 
-def refused(hosts, *expected: str, extra: tuple[str, ...] = (), host: str = NAME, os_name: str = "debian-13") -> str:
+def refused(hosts, *expected: str, extra: tuple[str, ...] = (), host: str = NAME, os_name: str = "debian-13",
+            profile: str = PROFILE) -> str:
     """Apply on the prepared host: exit 2, one `refused:` line holding every expected text, the host unchanged."""
     one, _, env = hosts
     before = snapshot(host)
-    proc = apply(one, env, *extra, os_name=os_name)
+    proc = apply(one, env, *extra, os_name=os_name, profile=profile)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-4000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"refused: {host}: preflight: ")]
@@ -217,6 +223,48 @@ def test_a_half_configured_dpkg_is_reported_as_such(hosts):
         refused(hosts, "dpkg was already half-configured before this run: pv-broken", "`sudo dpkg --configure -a`")
     finally:
         sh("rm -f /tmp/pv-broken-fails && dpkg --configure -a && dpkg --purge pv-broken")
+
+
+DAEMON_NOT_JSON = '{"log-driver": "local"\n  "debug": true}\n'  # a comma left out: every Python's json says the same
+
+
+@pytest.mark.parametrize(("containers", "make", "undo", "expected"), [
+    ("docker", f"mkdir -p /etc/docker && printf '%s' '{DAEMON_NOT_JSON}' > /etc/docker/daemon.json", "rm -rf /etc/docker",
+     "Docker's configuration /etc/docker/daemon.json:2:3 is not JSON (Expecting ',' delimiter): provision changes "
+     "nothing in it; fix it (or move it away) and apply again"),
+    ("docker", "mkdir -p /etc/docker && echo '{\"features\": {\"cdi\": false}}' > /etc/docker/daemon.json",
+     "rm -rf /etc/docker",
+     "Docker's configuration /etc/docker/daemon.json: features.cdi is false (not set by provision), the plan needs "
+     "true: provision never overwrites a key it did not set; change or remove it yourself and apply again"),
+    ("docker", "mkdir -p /snap/bin && install -m 755 /dev/null /snap/bin/docker", "rm -rf /snap",
+     "Docker is installed as a snap (/snap/bin/docker), which provision does not configure"),
+    # The planned account is the user's (useradd, not provision) and has no subordinate ids; the free range the line
+    # names is the host's (the image's own account holds the first).
+    ("podman", "useradd -m ml && sed -i '/^ml:/d' /etc/subuid /etc/subgid 2>/dev/null || true", "userdel -r ml",
+     "rootless podman for ml needs subordinate uid and gid ranges, /etc/subuid or /etc/subgid has none for that "
+     "account, and provision did not create it: run `sudo usermod --add-subuids "),
+], ids=["daemon-json-not-json", "daemon-json-conflict", "snap-docker", "rootless-without-subids"])
+def test_a_container_plans_bad_input_is_refused_before_the_driver(hosts, tmp_path, containers, make, undo, expected):
+    """roles/container_engine runs after the driver, CUDA and the environment: these are refused before any of them."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe")
+    data = yaml.load(Path(PROFILE).read_text())
+    data["software"]["containers"] = containers
+    profile = tmp_path / f"deskmini-{containers}.yaml"
+    with profile.open("w") as handle:
+        yaml.dump(data, handle)
+    sh(make)
+    try:
+        daemon = sh("cat /etc/docker/daemon.json 2>/dev/null || true").stdout
+        line = refused(hosts, expected, profile=str(profile))
+        print(line)
+        # Nothing of the plan reached the host: no NVIDIA package, no ledger, the user's file as it was.
+        assert sh("dpkg-query -W -f '${Package}\\n' 'nvidia-*' 'cuda-*' 2>/dev/null || true").stdout.strip() == ""
+        assert sh("test -e /var/lib/provision/ledger.json", check=False).returncode == 1
+        assert sh("cat /etc/docker/daemon.json 2>/dev/null || true").stdout == daemon
+    finally:
+        sh(undo)
 
 
 def test_a_refused_host_stops_the_whole_run(hosts):

@@ -321,7 +321,11 @@ INTERFACE_VARS = {
 def test_role_variables_are_the_interfaces_and_only_where_containers_are_planned():
     none = ansible_vars(resolve(profile("debian-12", "none"), DB))
     v = ansible_vars(resolve(profile("debian-12", "docker-ce"), DB))
-    assert set(v) - set(none) == INTERFACE_VARS
+    # The roles' inputs, and the preflight's checks of the engine (refused before the first change on any host).
+    assert set(v) - set(none) == INTERFACE_VARS | {"preflight_container_engine", "preflight_container_daemon_values",
+                                                   "preflight_container_rootless_user"}
+    assert (v["preflight_container_engine"], v["preflight_container_daemon_values"],
+            v["preflight_container_rootless_user"]) == ("docker", {"features": {"cdi": True}}, "")
     assert {k: v[k] for k in INTERFACE_VARS if k.startswith("container_engine")} == {
         "container_engine_enabled": True, "container_engine_name": "docker", "container_engine_source": "docker-ce",
         "container_engine_packages": ["docker-ce", "docker-ce-cli", "containerd.io"], "container_engine_version": "",
@@ -344,6 +348,8 @@ def test_role_variables_are_the_interfaces_and_only_where_containers_are_planned
     assert v["preflight_fingerprint"]["key"]["vars"] != none["preflight_fingerprint"]["key"]["vars"]
     podman = ansible_vars(resolve(profile("debian-13", "podman"), DB))
     assert podman["container_engine_rootless_user"] == "ml" and podman["container_engine_repo_url"] == ""
+    assert (podman["preflight_container_engine"], podman["preflight_container_daemon_values"],
+            podman["preflight_container_rootless_user"]) == ("podman", {}, "ml")
 
 
 def test_the_ledger_owns_the_engine_and_the_toolkit_so_dropping_containers_removes_them():
@@ -458,3 +464,20 @@ def test_an_unknown_engine_is_a_profile_error_on_its_line(tmp_path):
     (line,) = proc.stderr.strip().splitlines()
     lineno = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "containers:" in text)
     assert line.startswith(f"error: {path}:{lineno}:") and "software.containers" in line and "'docker'" in line
+
+
+@pytest.mark.parametrize(("os_name", "engine"), [("debian-13", "docker"), ("debian-12", "docker-ce"),
+                                                 ("debian-13", "podman"), ("debian-13", "containerd")])
+def test_the_preflight_checks_the_keys_container_engine_merges(os_name, engine):
+    """preflight_container_daemon_values is what roles/container_engine merges (its __container_engine_daemon_values,
+    rendered here with Jinja from the same plan's inputs): the preflight refuses exactly the conflicts the role would."""
+    import jinja2
+
+    v = ansible_vars(resolve(profile(os_name, engine), DB))
+    expr = yaml.safe_load((ROOT / "roles/container_engine/vars/main.yml").read_text())["__container_engine_daemon_values"]
+    inner = expr.strip()
+    assert inner.startswith("{{") and inner.endswith("}}"), inner
+    role = jinja2.Environment().compile_expression(inner[2:-2].strip())(**v)
+    assert role == v["preflight_container_daemon_values"]
+    assert v["preflight_container_engine"] == v["container_engine_name"]
+    assert v["preflight_container_rootless_user"] == v["container_engine_rootless_user"]

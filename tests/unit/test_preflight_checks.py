@@ -325,3 +325,70 @@ def test_a_roles_own_line_after_a_rescued_failure_is_the_one_the_summary_names()
     assert host_failure(own, *pip) == own  # never the other way
     later = ("venv | Stop with pip's own words", "the disk is full on the host: [Errno 28] ...")
     assert host_failure(pip, *later) == pip  # a module's words after another's: the first failure stays
+
+
+@pytest.mark.parametrize(("text", "record", "words"), [
+    (None, {}, ""),  # no daemon.json: the role creates it
+    ('{"features": {"cdi": true}, "log-driver": "local"}', {}, ""),  # the user's own, at the planned value
+    ('{"log-driver": "local",\n  "features": {"cdi": false}}', {},
+     "/etc/docker/daemon.json: features.cdi is false (not set by provision), the plan needs true: provision never "
+     "overwrites a key it did not set; change or remove it yourself and apply again"),
+    ('{"features": true}', {}, "features.cdi needs an object on its path"),
+    ('{"log-driver": "local"\n  "debug": true}', {}, "/etc/docker/daemon.json:2:3 is not JSON (Expecting ',' delimiter)"),
+    ('[1]', {}, "/etc/docker/daemon.json holds a JSON list, not an object"),
+    # A key provision set (its record) at another value is provision's to change: not refused.
+    ('{"features": {"cdi": false}}',
+     {"schema": "provision.json-keys/1", "files": {"/etc/docker/daemon.json": {"created": True, "owners": {
+         "container_engine": [{"key": ["features", "cdi"], "value": False, "created": 1}]}}}}, ""),
+], ids=["absent", "same-value", "conflict", "not-an-object-on-the-path", "not-json", "not-an-object", "provisions-own"])
+def test_daemon_json_is_refused_as_the_roles_merge_would_refuse_it(text, record, words):
+    problem = preflight.daemon_json_problem("/etc/docker/daemon.json", text, record, {"features": {"cdi": True}},
+                                            "container_engine")
+    assert (words in problem and problem) if words else problem == "", problem
+    assert "\n" not in problem
+
+
+@pytest.mark.parametrize(("exists", "entry", "refused"), [
+    (False, {"owned": False, "subuid": [], "subgid": []}, False),  # provision creates it, with ranges
+    (True, {"owned": True, "subuid": [], "subgid": []}, False),  # provision created it: the role adds a range
+    (True, {"owned": False, "subuid": [[100000, 65536]], "subgid": [[100000, 65536]]}, False),
+    (True, {"owned": False, "subuid": [[100000, 65536]], "subgid": [], "subuid_free": 165536,
+            "subgid_free": 165536}, True),
+], ids=["absent", "provisions", "has-ranges", "users-without-subgid"])
+def test_a_rootless_account_of_the_users_without_subordinate_ids_is_refused(exists, entry, refused):
+    problem = preflight.subids_problem("ml", exists, entry)
+    assert bool(problem) is refused
+    if refused:
+        assert problem == ("rootless podman for ml needs subordinate uid and gid ranges, /etc/subuid or /etc/subgid "
+                           "has none for that account, and provision did not create it: run `sudo usermod "
+                           "--add-subuids 165536-231071 --add-subgids 165536-231071 ml`, then apply again")
+
+
+def test_the_module_refuses_the_container_engines_inputs_on_this_machine(tmp_path):
+    """Run as Ansible runs it: a planted snap docker and a daemon.json that is not JSON, both refused, each in one
+    line; root on this machine is an account of the user's, and its subordinate ids are read from /etc/subuid."""
+    snap = tmp_path / "snap-docker"
+    snap.write_text("")
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text('{"log-driver": "local"\n  "debug": true}\n')  # a comma left out: each Python says the same
+    args = {"container_engine": "docker", "snap_docker": str(snap), "daemon_json": str(daemon),
+            "daemon_values": {"features": {"cdi": True}}}
+    _proc, result = modules.run("provision_preflight", args, tmp_path)
+    found = result["preflight"]["found"]["containers"]
+    assert found == [
+        f"Docker is installed as a snap ({snap}), which provision does not configure (the snap's dockerd reads its "
+        "own configuration and the NVIDIA runtime does not reach it): remove it (`sudo snap remove docker`), then "
+        "apply again",
+        f"Docker's configuration {daemon}:2:3 is not JSON (Expecting ',' delimiter): provision changes nothing in it; "
+        "fix it (or move it away) and apply again"]
+    assert set(found) <= set(result["preflight"]["refusals"])
+    # A podman plan checks neither (its engine reads no daemon.json); an account with ranges passes.
+    users = {line.split(":")[0] for line in Path("/etc/subuid").read_text().splitlines()} & \
+        {line.split(":")[0] for line in Path("/etc/subgid").read_text().splitlines()} \
+        if Path("/etc/subuid").exists() and Path("/etc/subgid").exists() else set()
+    args = {"container_engine": "podman", "snap_docker": str(snap), "daemon_json": str(daemon),
+            "rootless_user": "root", "ledger": str(tmp_path / "no-ledger.json")}
+    _proc, result = modules.run("provision_preflight", args, tmp_path)
+    refused = [line for line in result["preflight"]["found"]["containers"] if "rootless podman for root" in line]
+    assert bool(refused) is ("root" not in users), result["preflight"]["found"]["containers"]
+    assert len(result["preflight"]["found"]["containers"]) == len(refused)

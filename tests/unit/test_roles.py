@@ -273,3 +273,12 @@ def test_roles_that_use_apt_install_python3_apt_first(role: str) -> None:
     assert included == "python3_apt.yml", main[step]
     steps = load(tasks / included)
     assert step < first_apt_user and "provision.gpu.provision_python_apt" in steps[0], steps[0]
+
+
+def test_the_preflight_checks_the_container_engines_own_paths() -> None:
+    """The preflight refuses what roles/container_engine would refuse later: at the same snap path and daemon.json."""
+    engine_vars, engine_defaults = load(ROLES_DIR / "container_engine/vars/main.yml"), \
+        load(ROLES_DIR / "container_engine/defaults/main.yml")
+    pre_vars, pre_defaults = load(ROLES_DIR / "preflight/vars/main.yml"), load(ROLES_DIR / "preflight/defaults/main.yml")
+    assert pre_vars["__preflight_snap_docker"] == engine_vars["__container_engine_snap_docker"]
+    assert pre_defaults["preflight_container_daemon_json"] == engine_defaults["container_engine_daemon_json"]
