@@ -76,8 +76,9 @@ def test_an_old_pin_on_a_new_os_takes_the_newest_managed_python_that_fits(tmp_pa
 
 def test_a_new_pin_on_an_old_os_takes_a_newer_managed_python(tmp_path):
     plan = plan_for(profile(tmp_path, torch="2.15.0", release="22.04"))
-    # torch 2.15 takes 3.11+; 3.14 has no NumPy row in the database yet, so 3.13 is the newest that fits every pin.
-    assert plan.python.source == "managed" and plan.python.version == "3.13"
+    # torch 2.15 takes 3.11+; NumPy 2.3.5 and JupyterLab have cp314 wheels (data/pypi.yaml, issue 53), so 3.14 is the
+    # newest that fits every pin (before 3.14's NumPy row, 3.13 was).
+    assert plan.python.source == "managed" and plan.python.version == "3.14"
 
 
 def test_tensorflow_post_release_is_a_version_and_gets_its_python(tmp_path):
