@@ -133,9 +133,12 @@ def run(module: AnsibleModule) -> dict:
         doc_changed = new_doc != doc or (text is None and p["path"] in new_record["files"])
         out["changed"] = doc_changed or new_record != record
         if out["changed"] and not module.check_mode:
+            # The record first: cut between the two writes, the next merge finds a recorded key missing from the
+            # file and adds it again. The other way round, provision's keys would sit in the user's file unrecorded,
+            # taken for the user's own ("found"), and destroy would never take them back.
+            write_json(p["record"], new_record, 0o644)
             if doc_changed:
                 write_doc(module, p["path"], new_doc)
-            write_json(p["record"], new_record, 0o644)
         return out
     removed_files: list[str] = []
     new_record = record

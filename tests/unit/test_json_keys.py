@@ -160,3 +160,21 @@ def test_module_refuses_a_file_that_is_not_json_and_writes_nothing(tmp_path: Pat
                                                     "record": str(tmp_path / "r.json")}, tmp_path)
     assert out.get("failed") and out["msg"].startswith(f"provision_json_keys: {daemon}:1:") and "is not JSON" in out["msg"]
     assert daemon.read_bytes() == before and not (tmp_path / "r.json").exists()
+
+
+def test_a_cut_between_the_record_and_the_file_converges_and_destroy_takes_the_key_back(tmp_path: Path) -> None:
+    """The module writes its record before the file. A cut between the two (the record written, daemon.json not) leaves
+    a recorded key the file lacks: the next merge adds it again as provision's, and taking back removes it. Had the
+    file gone first, the key would sit there unrecorded, taken for the user's own, and never be taken back."""
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text(json.dumps(USER, indent=2))
+    record = tmp_path / "json-keys.json"
+    args = {"path": str(daemon), "owner": "container_engine", "values": {"features": {"cdi": True}},
+            "record": str(record)}
+    modules.run("provision_json_keys", args, tmp_path)
+    daemon.write_text(json.dumps(USER, indent=2))  # the cut: the record says features.cdi, the file never got it
+    proc, out = modules.run("provision_json_keys", args, tmp_path)
+    assert proc.returncode == 0 and out["changed"] and out["added"] == ["features.cdi"] and out["found"] == [], out
+    assert json.loads(daemon.read_text())["features"] == {"buildkit": True, "cdi": True}
+    proc, out = modules.run("provision_json_keys", {"state": "absent", "record": str(record)}, tmp_path)
+    assert out["released"] == [f"{daemon}:features.cdi"] and json.loads(daemon.read_text()) == USER
