@@ -111,7 +111,7 @@ def main() -> None:
         results = measure(cmds, envs, args.runs)
         load_end = os.getloadavg()
     report = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_average_1_5_15": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in load_end]},
         "runs": args.runs,
