@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAN_TARGET_S, HELP_TARGET_S = 0.3, 0.15
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+def timed(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, float]:
     """Wall and CPU (user + sys) seconds of one fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env)
+    subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -52,6 +52,7 @@ def console_script() -> list[str]:
 def checkout(rev: str, into: Path) -> Path:
     """REV's package, byte-compiled, in `into` (a `git archive` of provision/)."""
     archive = subprocess.run(["git", "archive", rev, "provision"], cwd=ROOT, check=True, capture_output=True).stdout
+    into.mkdir()
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     compile_package(into / "provision")
     return into
@@ -69,20 +70,20 @@ def commands(sides: dict[str, list[str]]) -> dict[str, list[str]]:
     for side, prog in sides.items():
         out[f"{side} help"] = [*prog, "--help"]
         for profile in sorted((ROOT / "profiles").glob("*.yaml")):
-            out[f"{side} plan {profile.stem}"] = [*prog, "plan", str(profile.relative_to(ROOT)), "--json"]
+            out[f"{side} plan {profile.stem}"] = [*prog, "plan", str(profile), "--json"]
     return out
 
 
-def measure(cmds: dict[str, list[str]], envs: dict[str, dict[str, str]], runs: int) -> dict[str, dict]:
+def measure(cmds: dict[str, list[str]], envs: dict[str, dict[str, str]], runs: int, cwd: Path) -> dict[str, dict]:
     """Run every command once to warm the page cache (and build the database's cache), then `runs` rounds, each
     round every command once in turn."""
     for name, cmd in cmds.items():
-        timed(cmd, envs[name])
+        timed(cmd, envs[name], cwd)
     walls: dict[str, list[float]] = {name: [] for name in cmds}
     cpus: dict[str, list[float]] = {name: [] for name in cmds}
     for _ in range(runs):
         for name, cmd in cmds.items():
-            wall, cpu = timed(cmd, envs[name])
+            wall, cpu = timed(cmd, envs[name], cwd)
             walls[name].append(wall)
             cpus[name].append(cpu)
     return {name: {"median_s": round(statistics.median(walls[name]), 3), "max_s": round(max(walls[name]), 3),
@@ -98,17 +99,25 @@ def main() -> None:
     compile_package(ROOT / "provision")
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="plan-cold-before-") as tmp:
+        # An empty working directory: `python -m provision` puts it first on sys.path, before PYTHONPATH.
+        cwd = Path(tmp) / "cwd"
+        cwd.mkdir()
+        old = ROOT
         if args.before:
-            old = checkout(args.before, Path(tmp))
+            old = checkout(args.before, Path(tmp) / "before")
             module = [sys.executable, "-m", "provision"]
             sides = {"before": module, "after": module}
             side_env = {"before": env | {"PYTHONPATH": str(old)}, "after": env | {"PYTHONPATH": str(ROOT)}}
         else:
             sides, side_env = {"now": console_script()}, {"now": env}
+        for side, expected in ({"before": old, "after": ROOT} if args.before else {}).items():
+            where = subprocess.run([sys.executable, "-c", "import provision; print(provision.__file__)"], cwd=cwd,
+                                   env=side_env[side], check=True, capture_output=True, text=True).stdout.strip()
+            assert Path(where).is_relative_to(expected), f"{side} imports {where}, not {expected}'s provision"
         cmds = commands(sides)
         envs = {name: side_env.get(name.split(" ")[0], env) for name in cmds}
         load_start = os.getloadavg()
-        results = measure(cmds, envs, args.runs)
+        results = measure(cmds, envs, args.runs, cwd)
         load_end = os.getloadavg()
     report = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
