@@ -21,7 +21,7 @@ from provision.versions import V
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     source: str
     checked: str
     confidence: str | None = None
@@ -176,19 +176,19 @@ class OSRow(_Row):
 class HostPath(BaseModel):
     """A path provision owns on a host (data/paths.yaml) and the role variables or task files that write it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     path: str
     roles: tuple[str, ...]
 
 
 class HostUnit(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     name: str
     roles: tuple[str, ...]
 
 
 class DriverPkg(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     os_id: str
     branch: str
     source: str
@@ -203,7 +203,7 @@ class DriverPkg(BaseModel):
 
 
 class CudaPkg(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     os_id: str
     cuda: str
     source: str
@@ -215,7 +215,7 @@ class CudaPkg(BaseModel):
 
 
 class NvidiaRepoEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     slug: str
     cuda: tuple[str, ...]
 
@@ -315,7 +315,7 @@ class JetsonTorch(_Row):
 
 
 class ColabFramework(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     name: str
     package: str
     version: str
@@ -351,7 +351,7 @@ class FabricManager(BaseModel):
     """NVIDIA Fabric Manager packages for one OS and driver branch (NVSwitch systems: CUDA does not initialise
     without it, and its version must equal the driver's)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     os_id: str
     branch: str
     source: str
@@ -431,7 +431,7 @@ class ContainerFact(_Row):
 class Containers(BaseModel):
     """data/containers.yaml: GPU containers on the hosts provision makes (issue 51)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     engines: tuple[EngineRow, ...] = ()
     not_packaged: tuple[NotPackaged, ...] = ()
     cdi: tuple[CdiSupport, ...] = ()
@@ -459,7 +459,7 @@ class BaseImage(_Row):
 
 
 class Policy(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     order: tuple[str, ...]
     cuda_sources: dict[str, tuple[str, ...]]
     # Driver sources per distribution, in tiers: a later tier is tried only where no stack holds with the drivers of
@@ -487,7 +487,7 @@ class Policy(BaseModel):
 class CompatDB(BaseModel):
     """All tables. Built from the data files by `load_db`, or from fixture tables in tests."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     gpus: tuple[GPU, ...] = ()
     architectures: tuple[Architecture, ...] = ()
@@ -794,15 +794,17 @@ def _read(path: Path) -> dict:
 
 
 def _cache_file(root: Path, what: str = "db") -> Path:
-    """Where the validated database is kept between processes, keyed by provision's version and the data files."""
+    """Where the validated database is kept between processes, keyed by provision's version and the data files'
+    names and contents (sha256 of all ~350 KB: about a millisecond). Keyed by content, not by size and mtime, so an
+    edit that keeps both (a copied file, a checkout, a coarse clock) still makes a new cache: it is never stale."""
     import hashlib
 
     from provision import __version__
 
     digest = hashlib.sha256(__version__.encode())
     for path in sorted([*root.glob("*.yaml"), *root.glob("*.json.gz")]):
-        st = path.stat()
-        digest.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        digest.update(f"{path.name}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
     base = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision"))
     return base / "compat" / f"{what}-{digest.hexdigest()[:20]}.pickle"
 
@@ -810,8 +812,9 @@ def _cache_file(root: Path, what: str = "db") -> Path:
 @functools.cache
 def load_db(root: Path | None = None) -> CompatDB:
     """Read and validate every data file. Cached in-process (the data is immutable) and, validated, on disk: a
-    pickle keyed by the data files' names, sizes and mtimes saves each command ~50 ms of YAML parsing and
-    validation. Any problem with the cache falls back to reading the data files."""
+    pickle keyed by the data files' contents saves each command ~50 ms of YAML parsing and validation. Any
+    problem with the cache falls back to reading the data files. Two processes that build it at once each write
+    their own temporary file and rename it into place, so a reader sees one whole pickle or none."""
     import pickle
 
     root = root or data_dir()

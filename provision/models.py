@@ -51,7 +51,7 @@ IndexURL = Annotated[str, StringConstraints(pattern=r"^https?://[A-Za-z0-9._~:/?
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, defer_build=True)
 
 
 class GPUSpec(_Strict):
@@ -264,7 +264,7 @@ class Profile(_Strict):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Reason(_Frozen):

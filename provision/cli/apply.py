@@ -23,6 +23,7 @@ from provision.cli.common import (
     app,
     duration,
     err,
+    guarded,
     handle_errors,
     index_overrides,
     ledger_change_lines,
@@ -31,9 +32,6 @@ from provision.cli.common import (
     renamed_flag,
 )
 from provision.errors import EXIT_OK, UsageError
-from provision.pipeline.plan import plan_for
-from provision.procs import guarded
-from provision.report import plan_text
 
 # --- apply, render, check (provision.render, provision.apply, provision.pipeline) ---------------------------------
 # APPLY-COMMANDS
@@ -70,6 +68,7 @@ def render(
     """Write a directory that runs on its own: playbook, role variables, inventory, ansible.cfg, plan.json, the
     Dockerfile, and a README with the exact ansible-playbook and docker build commands (with --kubernetes, the
     helm and kubectl ones too)."""
+    from provision.pipeline.plan import plan_for
     from provision.render.ansible import check_ansible_path, render_ansible, write_standalone
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
@@ -171,6 +170,7 @@ def apply(
     from provision.apply import run_apply
     from provision.pipeline.preflight import preflight
     from provision.pipeline.targets import targets
+    from provision.report import plan_text
 
     check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
     no_check = renamed_flag(old_no_check, "--no-check", "--skip-check") or skip_check

@@ -19,7 +19,6 @@ from provision.cli.common import (
     out,
     print_json,
 )
-from provision.pipeline.plan import plan_from
 
 # --- docker image (provision.render.docker, provision.runners.docker) -------------------------------------------
 # BUILD-COMMANDS
@@ -47,6 +46,7 @@ def build(
     python_mirror: PythonMirrorOpt = None,
 ) -> None:
     """Build the profile's Docker image (multi-stage, from the plan) and print its id, size and stack labels."""
+    from provision.pipeline.plan import plan_from
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
 

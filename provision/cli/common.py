@@ -19,11 +19,10 @@ import typer
 
 from provision import __version__
 from provision.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ProvisionError
-from provision.loader import PYTHON_MIRROR, parse_index_overrides, parse_python_mirror
-from provision.procs import Terminated
 
 # Every command module is imported on every start (they register the commands), so a module imports at its top only
-# what `provision plan` needs; what only other commands need is imported in them, because
+# typer and this module; each command imports what it runs in its body (issue 55: `provision --help` and each
+# command pay only for their own imports), because
 # each would add to every command's start-up (bench/plan_cold_start.py; python -X importtime on top of what `plan`
 # imports, 2026-11-23, 2 cores): provision.apply/fleet with Ansible's runner and the renderer +140 ms, rich's
 # console/table/progress +50-110 ms each, provision.runners.docker +90 ms (the Docker SDK a further 160 ms, imported
@@ -86,6 +85,8 @@ PythonMirrorOpt = Annotated[
 def index_overrides(values: list[str] | None, python_mirror: str | None = None) -> dict[str, str | bool] | None:
     """--index options -> {name: URL or False} (people's errors for bad ones), and --python-mirror as its
     python_mirror entry; None when neither was given."""
+    from provision.loader import PYTHON_MIRROR, parse_index_overrides, parse_python_mirror
+
     out = parse_index_overrides(values)
     if python_mirror:
         out[PYTHON_MIRROR] = parse_python_mirror(python_mirror)
@@ -119,12 +120,27 @@ def handle_errors(fn: F) -> F:
                 err.print(f"error: {line}", markup=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as exc:
+            from provision.procs import Terminated  # imported already where one can be raised
+
             if isinstance(exc, Terminated):  # SIGTERM (`kill`, systemd, a CI runner's timeout): as Ctrl-C
                 err.print("terminated (SIGTERM): the run was stopped and nothing it started is left running; run the "
                           "same command again to converge", markup=False)
                 raise typer.Exit(EXIT_TERMINATED) from None
             err.print("interrupted: nothing further was started; run the same command again to converge", markup=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def guarded(fn: F) -> F:
+    """provision.procs.guarded (SIGTERM as Ctrl-C; nothing the command started outlives it), with provision.procs
+    imported when the command runs rather than when the CLI starts."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from provision.procs import guarded as procs_guarded
+
+        return procs_guarded(fn)(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 

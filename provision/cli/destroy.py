@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from provision import state
 from provision.cli.apply import (
     AskBecomePassOpt,
     InventoryOpt,
@@ -17,9 +16,17 @@ from provision.cli.apply import (
     _become_password,
     _confirm,
 )
-from provision.cli.common import OldCheckOpt, OsOpt, app, handle_errors, ledger_change_lines, out, renamed_flag
+from provision.cli.common import (
+    OldCheckOpt,
+    OsOpt,
+    app,
+    guarded,
+    handle_errors,
+    ledger_change_lines,
+    out,
+    renamed_flag,
+)
 from provision.errors import UsageError
-from provision.procs import guarded
 
 
 @app.command()
@@ -53,6 +60,8 @@ def destroy(
     check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
 
     if profile is None and sandbox:
+        from provision import state
+
         record = state.read_record(sandbox)
         if record is None or not record.get("profile"):
             raise UsageError(f"destroy --sandbox {sandbox}: no apply on it is recorded; give the PROFILE it was "

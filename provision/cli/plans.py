@@ -7,7 +7,6 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from provision import state
 from provision.cli.common import (
     IndexOpt,
     JsonOpt,
@@ -22,14 +21,9 @@ from provision.cli.common import (
     print_json,
     print_wrapped,
 )
-from provision.compat import load_db
-from provision.drift import host_differences, plan_differences
-from provision.errors import EXIT_FAILED, Problem, ProfileError, UsageError
-from provision.loader import load_profile
-from provision.models import Profile
-from provision.pipeline.plan import plan_for
-from provision.report import gpu_rows, plan_json, plan_text
-from provision.resolver import resolve
+
+# Each command imports what it runs, in its body: `provision --help` and the other commands do not pay for the
+# database, the models and the resolver (bench/plan_cold_start.py, issue 55).
 
 # --- profiles, database and plans (provision.loader, provision.resolver) ----------------------------------------
 # PLAN-COMMANDS
@@ -42,6 +36,10 @@ def validate(
     os_override: OsOpt = None,
 ) -> None:
     """Check profiles: YAML, keys, types, known GPU/OS/instance. One line per problem; exit 2 if any."""
+    from provision.compat import load_db
+    from provision.errors import Problem, ProfileError
+    from provision.loader import load_profile
+
     db = load_db()
     problems: list[str] = []
     for path in profiles:
@@ -69,6 +67,9 @@ def plan(
     python_mirror: PythonMirrorOpt = None,
 ) -> None:
     """Resolve a profile into a concrete stack (driver, CUDA, cuDNN, Python, frameworks, Jupyter)."""
+    from provision.pipeline.plan import plan_for
+    from provision.report import plan_json, plan_text
+
     result = plan_for(profile, os_override=os_override, indexes=index_overrides(index, python_mirror))
     if diff_against is not None:
         _diff_against(result, diff_against, as_json)
@@ -82,6 +83,10 @@ def plan(
 
 
 def _diff_against(result: Any, host: str, as_json: bool) -> None:
+    from provision import state
+    from provision.drift import host_differences, plan_differences
+    from provision.errors import EXIT_FAILED, UsageError
+
     record = state.read_record(host)
     if record is None:
         known = ", ".join(state.recorded_hosts()) or "none yet"
@@ -115,7 +120,8 @@ def gpus(
     as_json: JsonOpt = False,
 ) -> None:
     """List the GPUs the database knows, with compute capability, peaks and the driver branches that drive them."""
-    from provision.report import device_rows
+    from provision.compat import load_db
+    from provision.report import device_rows, gpu_rows
 
     db = load_db()
     key = match.strip().lower() if match else None
@@ -167,7 +173,10 @@ def compare(
     as_json: JsonOpt = False,
 ) -> None:
     """Compare machines: GPU, VRAM, FP32 peak, price, and break-even hours between owning and renting."""
+    from provision.compat import load_db
     from provision.costs import compare_pairs, cost_line
+    from provision.loader import load_profile
+    from provision.resolver import resolve
 
     db = load_db()
     lines = []
@@ -205,5 +214,7 @@ def compare(
 @handle_errors
 def schema() -> None:
     """Print the JSON Schema of a profile (point your editor's YAML language server at it)."""
+    from provision.models import Profile
+
     print_json(Profile.model_json_schema())
 
