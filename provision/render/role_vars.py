@@ -222,40 +222,6 @@ def _environment_vars(plan: Plan, shared: dict[str, Any], *, skip_frameworks: bo
     }
 
 
-    """The inputs of roles/container_engine and roles/nvidia_container_toolkit (CONTAINERS-INTERFACE.md), only where
-    the Plan has containers: a plan without them renders the same variables, and fingerprints the same, as before.
-    Paths and timeouts (daemon.json, the CDI spec directory, the apt lock) are the roles' defaults."""
-    c = plan.containers
-    if c is None:
-        return {}
-    t = c.toolkit
-    engine_repo, toolkit_repo = c.engine_repo, t.repo
-    return {
-        "container_engine_enabled": True,
-        "container_engine_name": c.engine,
-        "container_engine_source": c.engine_source,
-        "container_engine_packages": list(c.engine_packages),
-        "container_engine_version": c.engine_version or "",
-        "container_engine_repo_url": engine_repo.url if engine_repo else "",
-        "container_engine_repo_key_url": engine_repo.key_url if engine_repo else "",
-        "container_engine_repo_key_fingerprint": engine_repo.key_fingerprint if engine_repo else "",
-        "container_engine_repo_name": engine_repo.name if engine_repo else "",
-        "container_engine_cdi": c.cdi,
-        "container_engine_rootless_user": c.rootless_user or "",
-        "nvidia_container_toolkit_enabled": True,
-        "nvidia_container_toolkit_version": t.version or "",
-        "nvidia_container_toolkit_source": t.source,
-        "nvidia_container_toolkit_packages": list(t.packages),
-        "nvidia_container_toolkit_repo_url": toolkit_repo.url if toolkit_repo else "",
-        "nvidia_container_toolkit_repo_key_url": toolkit_repo.key_url if toolkit_repo else "",
-        "nvidia_container_toolkit_repo_key_fingerprint": toolkit_repo.key_fingerprint if toolkit_repo else "",
-        "nvidia_container_toolkit_repo_name": toolkit_repo.name if toolkit_repo else "",
-        "nvidia_container_toolkit_mode": t.mode,
-        "nvidia_container_toolkit_runtime_configure": t.runtime_configure,
-        "nvidia_container_toolkit_runtime_mode": t.runtime_mode or "",
-    }
-
-
 def containers_vars(plan: Plan) -> dict[str, Any]:
     """The inputs of roles/container_engine and roles/nvidia_container_toolkit (CONTAINERS-INTERFACE.md), only where
     the Plan has containers: a plan without them renders the same variables, and fingerprints the same, as before.
