@@ -20,8 +20,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from provision.drift import pinned_wheels
+from provision.hostfacts import ledger_planned
 from provision.models import Plan
-from provision.render.ansible import ledger_planned
 from provision.resources import collection_module
 
 

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from provision import state
+from provision.hostfacts import plan_digest, roles_version
 from provision.pipeline.events import FleetResult, HostResult
 from provision.pipeline.targets import Group
-from provision.render.ansible import plan_digest, roles_version
 from provision.state import StateError
 
 
@@ -28,12 +28,12 @@ class Record:
 
     profile: str  # as the user wrote it
     os: str | None  # --os or provision_os, when given
-    digest: str  # render.ansible.plan_digest of the plan
+    digest: str  # hostfacts.plan_digest of the plan
     applied_at: str
     tags: str | None  # --tags: only part of the plan was applied
     frameworks_skipped: bool
     plan: dict[str, Any]  # the Plan applied, as `provision plan --json` prints it
-    roles: str  # what the hosts ran (render.ansible.roles_version)
+    roles: str  # what the hosts ran (hostfacts.roles_version)
     path: str  # "fast (...)" or "full (...)", as the preflight said
     installed: dict[str, Any]  # {"packages": {name: version}, "wheels": {name: version}}, as host_record read them
     verify: dict[str, Any] | None  # the verifier's report

@@ -19,9 +19,10 @@ import jinja2
 
 from provision import __version__
 from provision.errors import UsageError, printable, show
+from provision.hostfacts import kernel_display_name
 from provision.models import FrameworkPlan, ManagedPython, Plan
 from provision.plan_rules import IMAGE_REF
-from provision.render.ansible import kernel_display_name, lab_settings
+from provision.render.role_vars import lab_settings
 from provision.resources import share_dir
 
 TEMPLATE = "Dockerfile.j2"

@@ -7,6 +7,7 @@ codes (0 green, 1 red, 3 cannot run).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from typing import Any
 from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.models import Plan
-from provision.render.ansible import render_ansible
+from provision.render.ansible import write_yaml
 from provision.ssh import NO_HOST_KEY_CHECKING, HostKeys, host_key_checking_off, host_key_refusal
 
 # Inventory variables that hold a password. testinfra's own connections cannot use them without exposing them (an SSH
@@ -128,11 +129,13 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
     with tempfile.TemporaryDirectory(prefix="provision-check-") as tmp:
         # A dict (a sandbox's) is written out; a file is used where it is, so that its group_vars/, host_vars/ and
         # an inventory plugin's file name still count.
-        files = render_ansible(plan, tmp, inventory=inventory if isinstance(inventory, dict) else None,
-                               skip_frameworks=skip_frameworks)
-        inventory_file = files.get("inventory")
-        if inventory_file is None:
-            assert not isinstance(inventory, dict)  # render_ansible wrote a dict out as files["inventory"]
+        # The checks read the plan alone (as render_fleet writes plan.json): no playbook is rendered for them.
+        plan_file = Path(tmp) / "plan.json"
+        plan_file.write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
+        if isinstance(inventory, dict):
+            inventory_file = Path(tmp) / "inventory.yml"
+            write_yaml(inventory, inventory_file)
+        else:
             inventory_file = Path(inventory).resolve()
         target = check_target(host, hostvars, become_password=bool(become_password), keys=keys)
         secret_env = {}
@@ -149,7 +152,7 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
             # Only testinfra's plugin (named below), not every pytest plugin installed beside provision: another
             # plugin could change how the checks run, and loading them all cost ~0.75 s of the fast re-apply.
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            "PROVISION_CHECK_PLAN": str(files["plan"]),
+            "PROVISION_CHECK_PLAN": str(plan_file),
             # testinfra runs ansible-inventory (and ansible): the ones installed with this interpreter.
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "PROVISION_CHECK_SKIP_FRAMEWORKS": "1" if skip_frameworks else "0"}

@@ -94,8 +94,8 @@ def test_the_final_block_comes_last_with_versions_verdict_and_how_to_stop_the_tu
 
 
 def _kernel_name() -> str:
+    from provision.hostfacts import kernel_display_name
     from provision.pipeline.plan import plan_for
-    from provision.render.ansible import kernel_display_name
 
     plan = plan_for(Path(PROFILE), os_override="debian-13", indexes={"pytorch": False} if WITH_FRAMEWORK else None)
     return kernel_display_name(plan, skip_frameworks=not WITH_FRAMEWORK)

@@ -15,9 +15,10 @@ import yaml
 
 from provision.compat import Containers, load_db
 from provision.errors import IncompatibleError
+from provision.hostfacts import plan_digest, record_packages
 from provision.models import Plan, Profile
 from provision.plan_rules import problems
-from provision.render.ansible import ansible_vars, plan_digest, record_packages
+from provision.render.role_vars import ansible_vars
 from provision.report import plan_json, plan_text
 from provision.resolver import resolve
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from provision.hostfacts import ledger_planned, nvidia_keyring_package
 from provision.ledger import changes, ledger_module
 from provision.models import Plan
-from provision.render.ansible import ledger_planned, nvidia_keyring_package, site_playbook
+from provision.render.ansible import site_playbook
 from provision.resolver import resolve
 from tests.unit.test_debian_nvidia_repo import DB
 from tests.unit.test_resolver import profile

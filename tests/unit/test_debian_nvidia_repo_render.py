@@ -9,8 +9,8 @@ from pathlib import Path
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from provision.render.ansible import ansible_vars
 from provision.render.docker import render_dockerfile
+from provision.render.role_vars import ansible_vars
 from provision.resolver import resolve
 from tests.unit.test_debian_nvidia_repo import DB
 from tests.unit.test_resolver import profile

@@ -7,8 +7,8 @@ import pytest
 from provision.errors import IncompatibleError, ProfileError
 from provision.loader import parse_index_overrides
 from provision.models import Profile
-from provision.render.ansible import ansible_vars
 from provision.render.docker import wheel_groups
+from provision.render.role_vars import ansible_vars
 from provision.resolver import resolve
 from tests.fixtures.small_db import small_db
 

@@ -9,9 +9,10 @@ import re
 import shlex
 from pathlib import Path
 
+from provision.hostfacts import kernel_display_name
 from provision.pipeline.plan import plan_for
-from provision.render.ansible import ansible_vars, kernel_display_name, lab_settings
 from provision.render.docker import render_dockerfile
+from provision.render.role_vars import ansible_vars, lab_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DESKMINI = ROOT / "profiles/deskmini.yaml"

@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("data", {"compat", "plan_rules"}),
     ("models", {"models"}),
     ("profiles and the resolver", {"loader", "resolver", "costs", "report", "drift"}),
-    ("plan", {"pipeline.plan", "doctor", "interpreters", "installer"}),
+    ("plan", {"pipeline.plan", "doctor", "interpreters", "installer", "hostfacts"}),
     ("render", {"render", "ledger"}),
     ("runners and hosts", {"runners", "ssh", "tunnel", "sandbox", "vm", "verify.controller"}),
     ("the pipeline's stages and apply", {"pipeline", "apply"}),

@@ -14,10 +14,11 @@ import pytest
 
 from provision.compat import load_db
 from provision.errors import IncompatibleError, RefusedError, UsageError
+from provision.hostfacts import fingerprint_vars, ledger_planned
 from provision.interpreters import accepted, fetch, mirror_sums, source
 from provision.models import ManagedPython
 from provision.pipeline.plan import plan_for
-from provision.render.ansible import ansible_vars, fingerprint_vars, ledger_planned
+from provision.render.role_vars import ansible_vars
 from provision.resources import share_dir
 from tests.support import modules
 

@@ -11,7 +11,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from provision.pipeline.plan import plan_for
-from provision.render.ansible import HANDOVER, LOCK_NOTE, PREFLIGHT, ROLES, ansible_vars, render_ansible, render_fleet
+from provision.render.ansible import HANDOVER, LOCK_NOTE, PREFLIGHT, ROLES, render_ansible, render_fleet
+from provision.render.role_vars import ansible_vars
 from provision.resources import collections_dir, share_dir
 from provision.sandbox import inventory as sandbox_inventory
 

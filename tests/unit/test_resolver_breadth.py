@@ -181,7 +181,7 @@ def test_nvswitch_box_gets_fabric_manager_of_the_driver_branch():
     assert "nvidia-fabricmanager-580" in plan.driver.packages
     assert any(r.component == "fabric-manager" for r in plan.reasons)
     # The role installs the packages with the driver and enables the service (roles/nvidia_driver/tasks/main.yml).
-    from provision.render.ansible import ansible_vars
+    from provision.render.role_vars import ansible_vars
 
     role_vars = ansible_vars(plan)
     assert role_vars["nvidia_driver_fabric_manager_service"] == "nvidia-fabricmanager"
@@ -189,7 +189,7 @@ def test_nvswitch_box_gets_fabric_manager_of_the_driver_branch():
 
 
 def test_a_box_without_nvswitch_enables_no_fabric_manager():
-    from provision.render.ansible import ansible_vars
+    from provision.render.role_vars import ansible_vars
 
     plan = resolve(profile("Hopper Board", "debian-13", count=1), nvswitch_db())
     assert plan.driver.fabric_manager == () and ansible_vars(plan)["nvidia_driver_fabric_manager_service"] == ""

@@ -78,7 +78,7 @@ REPO_ROLES = ["nvidia_driver", "cuda", "cudnn", "preflight"]
 def test_nvidia_repository_defaults_are_the_data(role: str) -> None:
     """NVIDIA's repository is written once, in data/os.yaml: provision passes it to the roles, and a role's defaults
     (what it uses run on its own) hold the same values."""
-    from provision.render.ansible import nvidia_repo_vars
+    from provision.render.role_vars import nvidia_repo_vars
 
     passed = nvidia_repo_vars(role)
     defaults = load(ROLES_DIR / role / "defaults" / "main.yml")
