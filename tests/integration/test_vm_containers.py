@@ -181,7 +181,9 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
 
     inv, tmp = vm["inventory"], vm["tmp"]
     # The notebook account exists before the apply, as a user's own account (useradd gives it subordinate ids).
-    on_vm(inv, f"sudo -n useradd --create-home --shell /bin/bash {USER} && grep -c '^{USER}:' /etc/subuid")
+    # (Where useradd gave none, the ranges the role's refusal line asks for are added, as a user would.)
+    on_vm(inv, f"sudo -n useradd --create-home --shell /bin/bash {USER} && {{ grep -q '^{USER}:' /etc/subuid || sudo -n "
+               f"usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {USER}; }}")
 
     # --- docker ---------------------------------------------------------------------------------------------------
     docker_plan = plan_for(str(tmp / "docker.yaml"), os_override="debian-13")
