@@ -222,7 +222,9 @@ def test_jupyter_api_status(probe, with_token, expected):
 
 
 def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    """The engine's last words, without the pointer to its help that docker and podman add after an error."""
+    lines = [line.strip() for line in text.strip().splitlines()
+             if line.strip() and not re.match(r"(Run|See) '\S+ \S+ --help'", line.strip())]
     return lines[-1][:300] if lines else ""
 
 
