@@ -20,6 +20,8 @@ import pytest
 
 PLAN = json.loads(open(os.environ["PROVISION_CHECK_PLAN"]).read())
 SKIP_FRAMEWORKS = os.environ.get("PROVISION_CHECK_SKIP_FRAMEWORKS") == "1"
+# The plan's engine commands for its image (provision.image_hosts.check_commands): None without docker or podman.
+IMAGE = json.loads(os.environ.get("PROVISION_CHECK_IMAGE") or "null")
 VENV = PLAN["python"]["venv"]
 USER = PLAN["user"]
 # Where the jupyter role keeps its token and what it names its unit: data/paths.yaml's jupyter_state_dir and jupyter
@@ -217,3 +219,38 @@ def test_jupyter_api_status(probe, with_token, expected):
     out = probe["http"][0 if with_token else -1]
     assert out["rc"] == 0, f"GET {_jupyter_url()} as {USER} failed (exit {out['rc']}): {out['stderr'].strip()}"
     assert out["stdout"].strip() == expected
+
+
+def _last_line(text: str) -> str:
+    """The engine's last words, without the pointer to its help that docker and podman add after an error."""
+    lines = [line.strip() for line in text.strip().splitlines()
+             if line.strip() and not re.match(r"(Run|See) '\S+ \S+ --help'", line.strip())]
+    return lines[-1][:300] if lines else ""
+
+
+def test_the_images_verifier_runs_on_the_gpu_in_a_container(host):
+    """Where the plan has an engine and the image `provision build -i` loaded is on the host: its verifier in a
+    container on the host's GPU, read as the host's own report is read (status, passed, failed)."""
+    if IMAGE is None:
+        pytest.skip("the plan has no docker or podman (software.containers)")
+    listed = host.run(shlex.join(IMAGE["images"]))
+    if listed.rc != 0:
+        pytest.skip(f"{IMAGE['engine']} does not answer as {IMAGE['as']}: {_last_line(listed.stderr)}")
+    images = [line for line in listed.stdout.split() if line and "<none>" not in line]
+    if not images:
+        pytest.skip("no image of this plan on the host (`provision build PROFILE -i INVENTORY` puts it there)")
+    argv = [images[0] if word == "IMAGE" else word for word in IMAGE["verify"]]
+    run = host.run(shlex.join(argv))
+    try:
+        report = json.loads(run.stdout)
+    except ValueError:
+        report = None
+    assert isinstance(report, dict), (f"{images[0]}: the container did not run its verifier (exit {run.rc}): "
+                                      f"{_last_line(run.stderr) or _last_line(run.stdout)}")
+    summary = report.get("summary", {})
+    failed = [f"{c.get('name')}: {c.get('detail', '')}"[:200] for c in report.get("checks", [])
+              if c.get("status") == "FAIL"]
+    assert report.get("status") == "pass", (f"{images[0]}: verify {report.get('status')} in the container (exit "
+                                            f"{run.rc}): {summary.get('passed', 0)} passed, "
+                                            f"{summary.get('failed', 0)} failed; "
+                                            + " | ".join(([report["error"]] if report.get("error") else []) + failed[:3]))

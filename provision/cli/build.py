@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +20,9 @@ from provision.cli.common import (
     out,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from provision.image_hosts import Destination, Sent
 
 # --- docker image (provision.render.docker, provision.runners.docker) -------------------------------------------
 # BUILD-COMMANDS
@@ -44,13 +48,30 @@ def build(
     json_out: JsonOpt = False,
     index: IndexOpt = None,
     python_mirror: PythonMirrorOpt = None,
+    inventory: Annotated[Path | None, typer.Option(
+        "--inventory", "-i", help="Then load the image onto this inventory's hosts (as `provision apply -i` takes "
+        "them; their plan must be this one, with software.containers docker or podman) over their SSH connection: "
+        "`sudo docker load`, or `podman load` as the notebook account. `provision check` then runs its verifier "
+        "there.")] = None,
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="With -i: only these hosts (Ansible pattern).")]
+    = None,
 ) -> None:
-    """Build the profile's Docker image (multi-stage, from the plan) and print its id, size and stack labels."""
+    """Build the profile's Docker image (multi-stage, from the plan) and print its id, size and stack labels; with -i,
+    load it onto the plan's hosts."""
+    from provision.errors import UsageError
+    from provision.image_hosts import destinations
     from provision.pipeline.plan import plan_from
     from provision.render.docker import render_dockerfile, with_base_image
     from provision.runners import docker as runner
 
-    plan = with_base_image(plan_from(profile, os, indexes=index_overrides(index, python_mirror)), base_image)
+    indexes = index_overrides(index, python_mirror)
+    resolved = plan_from(profile, os, indexes=indexes)
+    if limit and inventory is None:
+        raise UsageError("--limit needs -i INVENTORY (the hosts to load the image onto)")
+    # Every refusal of the hosts (no engine, another plan, unreachable) before the build, which takes minutes.
+    where = destinations(resolved, profile, inventory, os_override=os, limit=limit,
+                         indexes=indexes) if inventory is not None else []
+    plan = with_base_image(resolved, base_image)
     dockerfile = render_dockerfile(plan, profile, skip_frameworks=skip_frameworks)
     image_tag = tag or runner.default_tag(plan, skip_frameworks=skip_frameworks)
     with err.status(f"building {image_tag}") as status:
@@ -67,14 +88,54 @@ def build(
 
         result = runner.build(plan, dockerfile, tag=image_tag, no_cache=no_cache, skip_frameworks=skip_frameworks,
                               progress=progress)
+    loaded = load_onto(where, result.tag, result.size_bytes, runner) if where else []
     if json_out:
         print_json({"image_id": result.image_id, "tag": result.tag, "size_bytes": result.size_bytes,
                     "seconds": round(result.seconds, 1), "labels": result.stack_labels,
-                    "environment_image": result.venv_image})
+                    "environment_image": result.venv_image}
+                   | ({"loaded": [{"host": s.host, "bytes": s.bytes, "seconds": round(s.seconds, 1)} for s in loaded]}
+                      if where else {}))
         return
     out.print(f"built {result.tag}  {result.image_id}")
     out.print(f"size {result.size_bytes / 1e9:.2f} GB, {result.seconds:.0f}s, "
               f"{result.steps_cached} steps cached, {result.steps_run} run")
     for key, value in result.stack_labels.items():
         out.print(f"  {key}={value}", markup=False)
+    for sent in loaded:
+        out.print(f"loaded onto {sent.host}: {sent.bytes / 1e6:.0f} MB in {sent.seconds:.0f}s", markup=False)
 
+
+class LoadDisplay:
+    """bytes sent of the image's size and the rate: one line that updates on a terminal (`status`), otherwise a plain
+    line per tenth of the image."""
+
+    def __init__(self, status: Any = None) -> None:
+        self.status, self.shown = status, -1
+
+    def __call__(self, host: str, sent: int, total: int, seconds: float) -> None:
+        from provision.image_hosts import progress_text
+        if self.status is not None:
+            self.status.update(progress_text(host, sent, total, seconds))
+            return
+        tenth = min(10, sent * 10 // total) if total else 0
+        if tenth > self.shown:
+            self.shown = tenth
+            err.print(progress_text(host, sent, total, seconds), markup=False)
+
+
+def load_onto(where: list[Destination], tag: str, size: int, runner: Any) -> list[Sent]:
+    """Send the image to each host in turn (provision.image_hosts.send: the engine's save stream over ssh)."""
+    from provision.image_hosts import load_command, progress_text, send
+    api = runner.connect()
+    loaded = []
+    for dest in where:
+        cmd = load_command(dest.ssh, dest.engine)
+        if err.is_terminal:
+            with err.status(f"{dest.host}: {dest.engine.name} load") as status:
+                sent = send(api.get_image(tag), dest.host, cmd, dest.engine, size, LoadDisplay(status))
+        else:
+            sent = send(api.get_image(tag), dest.host, cmd, dest.engine, size, LoadDisplay())
+        err.print(progress_text(dest.host, sent.bytes, size, sent.seconds) + f": loaded as {dest.engine.as_account}",
+                  markup=False)
+        loaded.append(sent)
+    return loaded

@@ -18,6 +18,7 @@ from typing import Any
 
 from provision import procs
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
+from provision.image_hosts import check_commands
 from provision.models import Plan
 from provision.render.ansible import write_yaml
 from provision.ssh import NO_HOST_KEY_CHECKING, HostKeys, host_key_checking_off, host_key_refusal
@@ -155,7 +156,9 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
             "PROVISION_CHECK_PLAN": str(plan_file),
             # testinfra runs ansible-inventory (and ansible): the ones installed with this interpreter.
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            "PROVISION_CHECK_SKIP_FRAMEWORKS": "1" if skip_frameworks else "0"}
+            "PROVISION_CHECK_SKIP_FRAMEWORKS": "1" if skip_frameworks else "0",
+            # The plan's engine commands for its image (provision.image_hosts): "null" where it has none.
+            "PROVISION_CHECK_IMAGE": json.dumps(check_commands(plan))}
         cmd = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", tmp, "-p", "testinfra.plugin",
                "-p", "no:cacheprovider",
                "-v", "--tb=line", "--no-header", "--hosts", target.spec,

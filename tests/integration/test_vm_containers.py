@@ -1,0 +1,248 @@
+"""GPU containers' engines running, on a stock Debian 13 virtual machine (provision.vm: QEMU, software emulation).
+`long`. Issue 51.
+
+dockerd and rootless podman cannot start in this machine's unprivileged test containers (test_container_roles.py says
+so in its one line); a VM has a kernel and a systemd of its own, and they start there. On a VM from `provision sandbox
+up --vm`, the playbook `provision render` writes for a Debian 13 plan with `software.containers: docker`, then the one
+for `podman`, each with only the container roles (`--tags`, as test_vm_driver.py applies only nvidia_driver), NVIDIA's
+Container Toolkit from the STAND-IN repository built here from NVIDIA's v1.20.0 source (tests/support/
+standin_container_toolkit.py), served from this process on the controller's loopback, which the guest reaches as
+QEMU's user-network gateway:
+
+- dockerd started by the role, the toolkit's `nvidia` runtime registered and `features.cdi` on; with no GPU the role's
+  one line (nvidia-ctk cdi generate has no NVML) and no CDI spec written;
+- an image loaded from the controller by provision.image_hosts (the code of `provision build -i`: the engine's save
+  stream over the inventory's ssh into `sudo -n docker load`); a container started from it through dockerd, whose
+  verifier says what it says without a GPU; the check's own command (`docker run --rm --device nvidia.com/gpu=all`)
+  refused by Docker's CDI for want of a spec, never a device faked;
+- the notebook account (made beforehand as a user's own account: Debian's useradd gives it subordinate ids) not put in
+  the `docker` group, which stays without members;
+- podman installed for that account, the same image loaded into its own storage by `podman load` as the account, and a
+  container run rootless as the account.
+
+The image is NOT the one `provision build` makes for the plan (gigabytes of CUDA wheels, hours through an emulated
+disk): it is provision/debian:13 with Debian's python3-numpy, provision/verify copied in and the plan's environment path made
+with `python3 -m venv`, labelled as the plan's so that the check's image query finds it, and labelled as a stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from tests.support.names import sandbox_name
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = sandbox_name("vm-containers")
+TAGS = "preflight,container_engine,nvidia_container_toolkit"
+APPLY_TIMEOUT = 3 * 3600
+USER = "ml"  # deskmini's software.user
+
+pytestmark = [pytest.mark.slow, pytest.mark.long]
+
+
+def run(cmd: list[str], *, env: dict[str, str], cwd: Path = ROOT, timeout: float = 1800,
+        log: Path | None = None) -> subprocess.CompletedProcess:
+    if log is None:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    out, err = log.with_suffix(".out"), log.with_suffix(".err")
+    print(f"{log.name}: output in {out} and {err}", flush=True)
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.run(cmd, stdout=o, stderr=e, text=True, cwd=cwd, env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out.read_text(), err.read_text())
+
+
+def provision(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "provision", *args], env=env, timeout=timeout)
+
+
+def standin_image(plan, tag: str, tmp: Path) -> str:
+    """provision/debian:13 with provision/verify and the plan's environment path: labelled as the plan's image (profile,
+    OS release) and as a stand-in."""
+    ctx = tmp / "image"
+    shutil.copytree(ROOT / "provision" / "verify", ctx / "provision" / "verify",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (ctx / "provision" / "__init__.py").write_text("")
+    venv = plan.python.venv
+    (ctx / "Dockerfile").write_text(
+        "FROM provision/debian:13\n"
+        # The verifier checks its results with NumPy: Debian's, seen through the environment.
+        "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null "
+        "&& rm -rf /var/lib/apt/lists/*\n"
+        f"RUN python3 -m venv --without-pip --system-site-packages {venv}\n"
+        f"COPY provision {venv}/lib/provision-verify/provision\n"
+        f"ENV PYTHONPATH={venv}/lib/provision-verify\n"
+        f'LABEL io.provision.profile="{plan.profile}" io.provision.os="{plan.target.os_id}" '
+        'io.provision.standin="provision/verify on provision/debian:13; not the image provision build makes"\n')
+    proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tag
+
+
+@pytest.fixture(scope="module")
+def vm(tmp_path_factory):
+    from provision import vm as qemu
+    from tests.support.standin_container_toolkit import standin_container_toolkit_repo
+
+    tmp = tmp_path_factory.mktemp("vmc")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env |= {"PROVISION_STATE": str(tmp / "state"), "ANSIBLE_FORCE_COLOR": "false",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+    # The guest reaches the controller's loopback as QEMU's user-network gateway.
+    repo = standin_container_toolkit_repo("127.0.0.1")
+    url = repo.url.replace("127.0.0.1", qemu.GATEWAY)
+    base = (ROOT / "profiles/deskmini.yaml").read_text()
+    assert "\nsoftware:\n" in base
+    for engine in ("docker", "podman"):
+        (tmp / f"{engine}.yaml").write_text(base.replace("\nsoftware:\n", f"\nsoftware:\n  containers: {engine}\n"))
+    (tmp / "standin.json").write_text(json.dumps({
+        "nvidia_container_toolkit_repo_url": url, "nvidia_container_toolkit_repo_key_url": repo.key_url.replace(
+            "127.0.0.1", qemu.GATEWAY), "nvidia_container_toolkit_repo_key_fingerprint": repo.fingerprint}))
+    inventory = tmp / "vm.yml"
+    provision("sandbox", "down", NAME, env=env, timeout=120)
+    try:
+        started = time.time()
+        up = provision("sandbox", "up", "--vm", NAME, "--os", "debian-13", "--profile", str(tmp / "docker.yaml"),
+                       "-o", str(inventory), env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        print(f"VM up in {time.time() - started:.0f} s", flush=True)
+        for engine in ("docker", "podman"):
+            out = provision("render", str(tmp / f"{engine}.yaml"), "--os", "debian-13", "-o", str(tmp / engine),
+                            "-i", str(inventory), env=env, timeout=300)
+            assert out.returncode == 0, out.stdout + out.stderr
+        yield {"inventory": inventory, "env": env, "tmp": tmp}
+    finally:
+        provision("sandbox", "down", NAME, env=env, timeout=120)
+
+
+def host_vars(inventory: Path) -> dict:
+    return YAML(typ="safe").load(inventory.read_text())["all"]["hosts"][NAME]
+
+
+def ssh_argv(inventory: Path) -> list[str]:
+    from provision.ssh import ssh_command
+
+    return ssh_command(NAME, host_vars(inventory))
+
+
+def on_vm(inventory: Path, command: str, *, ok: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*ssh_argv(inventory), command], capture_output=True, text=True, timeout=900,
+                          stdin=subprocess.DEVNULL)
+    if ok:
+        assert proc.returncode == 0, f"{command}: {proc.stderr[-2000:]}"
+    return proc
+
+
+def apply(vm: dict, engine: str) -> subprocess.CompletedProcess:
+    started = time.time()
+    proc = run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-e",
+                f"@{vm['tmp'] / 'standin.json'}", "--tags", TAGS], env=vm["env"], cwd=vm["tmp"] / engine,
+               timeout=APPLY_TIMEOUT, log=vm["tmp"] / f"apply-{engine}")
+    print(f"apply {engine}: exit {proc.returncode} in {time.time() - started:.0f} s", flush=True)
+    return proc
+
+
+def load(vm: dict, plan, tag: str) -> float:
+    """The image into the host's engine by provision.image_hosts, as `provision build -i` does; returns seconds."""
+    import docker
+
+    from provision.image_hosts import engine_of, load_command, send
+
+    engine = engine_of(plan, plan.profile)
+    api = docker.APIClient(version="auto")
+    size = int(api.inspect_image(tag)["Size"])
+    sent = send(api.get_image(tag), NAME, load_command(ssh_argv(vm["inventory"]), engine), engine, size,
+                lambda *a: None)
+    print(f"loaded {tag} ({size / 1e6:.0f} MB) by {engine.name} in {sent.seconds:.0f} s", flush=True)
+    return sent.seconds
+
+
+def report_of(proc: subprocess.CompletedProcess) -> dict:
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON report (exit {proc.returncode}): {proc.stderr[-1500:]}") from None
+
+
+def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu_is_faked(vm):
+    from provision.image_hosts import check_commands, remote
+    from provision.pipeline.plan import plan_for
+
+    inv, tmp = vm["inventory"], vm["tmp"]
+    # The notebook account exists before the apply, as a user's own account (useradd gives it subordinate ids).
+    # (Where useradd gave none, the ranges the role's refusal line asks for are added, as a user would.)
+    on_vm(inv, f"sudo -n useradd --create-home --shell /bin/bash {USER} && {{ grep -q '^{USER}:' /etc/subuid || sudo -n "
+               f"usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {USER}; }}")
+
+    # --- docker ---------------------------------------------------------------------------------------------------
+    docker_plan = plan_for(str(tmp / "docker.yaml"), os_override="debian-13")
+    first = apply(vm, "docker")
+    text = first.stdout + first.stderr
+    assert first.returncode == 0, text[-5000:]
+    said = re.findall(r"nvidia_container_toolkit: no NVIDIA driver answers on \S+ \(nvidia-ctk cdi generate: [^)]*\),"
+                      r"\s+so the CDI spec /var/run/cdi/nvidia.yaml is left to nvidia-cdi-refresh", text)
+    assert len(said) == 1 and "NVML" in said[0], text[-5000:]
+    assert on_vm(inv, "systemctl is-active docker").stdout.strip() == "active"
+    runtimes = json.loads(on_vm(inv, "sudo -n docker info --format '{{json .Runtimes}}'").stdout)
+    assert "nvidia" in runtimes, runtimes
+    assert json.loads(on_vm(inv, "sudo -n cat /etc/docker/daemon.json").stdout)["features"]["cdi"] is True
+    # No GPU: no spec written, by the role or by anything else.
+    assert on_vm(inv, "ls /var/run/cdi /etc/cdi 2>/dev/null | grep -c nvidia", ok=False).stdout.strip() in ("", "0")
+    # The docker group left alone: the notebook account is not in it, and it has no members.
+    assert USER not in on_vm(inv, f"id -nG {USER}").stdout.split()
+    assert on_vm(inv, "getent group docker").stdout.strip().endswith(":")
+
+    tag = standin_image(docker_plan, f"provision-test/{NAME}:debian-13", tmp)
+    try:
+        load(vm, docker_plan, tag)
+        commands = check_commands(docker_plan)
+        listed = on_vm(inv, remote(commands["images"])).stdout.split()
+        assert listed == [tag], listed
+        # A container through dockerd: the image's verifier runs and says there is no GPU.
+        plain = on_vm(inv, remote(["sudo", "-n", "docker", "run", "--rm", tag,
+                                   f"{docker_plan.python.venv}/bin/python", "-m", "provision.verify", "--json"]),
+                      ok=False)
+        report = report_of(plain)
+        print("verifier in a docker container, no GPU:", report.get("status"), report.get("error"), flush=True)
+        assert plain.returncode == 2 and report["status"] == "error", report
+        assert report["error"].startswith("no NVIDIA driver found (libcuda.so.1 not loadable)"), report["error"]
+        # The check's own command: the GPU requested by its CDI name; Docker's CDI finds no spec, so no container.
+        gpu = on_vm(inv, remote([tag if w == "IMAGE" else w for w in commands["verify"]]), ok=False)
+        print("docker --device nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:], flush=True)
+        assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
+
+        # --- podman, rootless as the notebook account --------------------------------------------------------------
+        podman_plan = plan_for(str(tmp / "podman.yaml"), os_override="debian-13")
+        second = apply(vm, "podman")
+        assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
+        assert USER not in on_vm(inv, f"id -nG {USER}").stdout.split()
+        load(vm, podman_plan, tag)
+        pcommands = check_commands(podman_plan)
+        listed = on_vm(inv, remote(pcommands["images"])).stdout.split()
+        assert len(listed) == 1 and listed[0].endswith(tag), listed
+        prefix = pcommands["images"][: pcommands["images"].index("images")]
+        rootless = on_vm(inv, remote([*prefix, "info", "--format", "{{.Host.Security.Rootless}}"]))
+        assert rootless.stdout.strip() == "true", rootless.stdout + rootless.stderr
+        plain = on_vm(inv, remote([*prefix, "run", "--rm", listed[0], f"{podman_plan.python.venv}/bin/python", "-m",
+                                   "provision.verify", "--json"]), ok=False)
+        report = report_of(plain)
+        print("verifier in a rootless podman container, no GPU:", report.get("status"), report.get("error"),
+              flush=True)
+        assert plain.returncode == 2 and report["status"] == "error", report
+        assert report["error"].startswith("no NVIDIA driver found (libcuda.so.1 not loadable)"), report["error"]
+        gpu = on_vm(inv, remote([listed[0] if w == "IMAGE" else w for w in pcommands["verify"]]), ok=False)
+        print("podman --device nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:], flush=True)
+        assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
