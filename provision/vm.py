@@ -296,7 +296,11 @@ def start(name: str, release: str = "13", *, firmware: str = "direct", log=None,
            "-smp", str(CPUS), "-m", str(MEMORY_MB)]
     if ovmf is None:
         cmd += ["-kernel", str(base / "vmlinuz"), "-initrd", str(base / "initrd.img"),
-                "-append", "root=LABEL=root rw console=ttyS0 net.ifnames=0 quiet"]
+                # systemd waits 90 s for a device in fstab (the ESP) before it gives up and drops to emergency mode
+                # with no sshd: under emulation on a loaded machine udev took longer (2026-11-28, load 16-17). The
+                # wait is given on the emulated boot's command line (systemd(1), v254+), not in the guest's fstab.
+                "-append", "root=LABEL=root rw console=ttyS0 net.ifnames=0 quiet "
+                "systemd.default_device_timeout_sec=900"]
     else:
         code, template = ovmf
         variables = here / "efivars.fd"  # the VM's own EFI variables (its Secure Boot keys, MokManager's requests)

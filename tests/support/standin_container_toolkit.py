@@ -167,11 +167,18 @@ def _build_binaries(tarball: Path, out: Path, commit: str) -> None:
     out.mkdir(parents=True)
     env = {"MIRROR": sandbox.MIRROR, "GO_PACKAGE": GO, "VERSION": VERSION, "COMMIT": commit,
            "COMMANDS": " ".join(COMMANDS), "OWNER": f"{os.getuid()}:{os.getgid()}"}
-    proc = subprocess.run(
-        ["docker", "run", "--rm", "--network", "bridge", "-v", f"{tarball}:/src/src.tar.gz:ro", "-v", f"{out}:/out",
-         "-v", f"{apt}:/var/cache/apt/archives", *(a for k, v in env.items() for a in ("-e", f"{k}={v}")),
-         image, "bash", "-c", BUILD_SCRIPT],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800)
+    # A name, so that a build past its time is stopped with its container: a timeout kills the docker client only,
+    # and the container went on holding the shared apt cache's lock (2026-11-28, at load 16-18).
+    name = f"provision-standin-toolkit-{os.getpid()}"
+    try:
+        proc = subprocess.run(
+            ["docker", "run", "--rm", "--name", name, "--network", "bridge", "-v", f"{tarball}:/src/src.tar.gz:ro",
+             "-v", f"{out}:/out", "-v", f"{apt}:/var/cache/apt/archives",
+             *(a for k, v in env.items() for a in ("-e", f"{k}={v}")), image, "bash", "-c", BUILD_SCRIPT],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=3600)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        raise
     (out / "build.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"building NVIDIA Container Toolkit {TAG} failed (exit {proc.returncode}); "
