@@ -187,22 +187,16 @@ class Destination:
     engine: Engine
 
 
-def destinations(plan: Plan, profile: Any, inventory: Any, *, os_override: str | None, limit: str | None,
-                 indexes: dict[str, Any] | None, vault_password_file: Any = None) -> list[Destination]:
+def destinations(plan: Plan, profile: Any, inventory: Any, found: Any) -> list[Destination]:
     """The inventory's hosts (as `provision apply -i` takes them) that the image goes to, every refusal made before
     the build: no engine to load into, a host of another plan, a host that cannot be reached or whose engine does not
-    answer."""
+    answer. `found`: the inventory's targets (provision.pipeline.targets), which the CLI reads: this module sits
+    below the pipeline's stages."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from provision.pipeline.targets import targets
     from provision.ssh import ssh_command
 
     engine = engine_of(plan, str(profile))
-    if str(profile).endswith(".json"):
-        raise UsageError(f"{profile}: -i needs the profile (YAML) the hosts were applied with, not a saved plan: the "
-                         "hosts' plans are compared with the image's")
-    found = targets(profile, inventory, None, os_override, limit, False, vault_password_file=vault_password_file,
-                    indexes=indexes)
     refuse_other_plans(plan, {h: g.plan for g in found.groups for h in g.hosts}, str(inventory), str(profile))
     hostvars = found.hostvars()
     commands = {h: ssh_command(h, hostvars.get(h, {})) for h in found.hosts}

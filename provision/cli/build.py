@@ -69,8 +69,16 @@ def build(
     if limit and inventory is None:
         raise UsageError("--limit needs -i INVENTORY (the hosts to load the image onto)")
     # Every refusal of the hosts (no engine, another plan, unreachable) before the build, which takes minutes.
-    where = destinations(resolved, profile, inventory, os_override=os, limit=limit,
-                         indexes=indexes) if inventory is not None else []
+    where = []
+    if inventory is not None:
+        from provision.image_hosts import engine_of
+        from provision.pipeline.targets import targets
+        engine_of(resolved, str(profile))  # a plan with no engine to load into is refused first
+        if str(profile).endswith(".json"):
+            raise UsageError(f"{profile}: -i needs the profile (YAML) the hosts were applied with, not a saved plan: "
+                             "the hosts' plans are compared with the image's")
+        found = targets(profile, inventory, None, os, limit, False, indexes=indexes)
+        where = destinations(resolved, profile, inventory, found)
     plan = with_base_image(resolved, base_image)
     dockerfile = render_dockerfile(plan, profile, skip_frameworks=skip_frameworks)
     image_tag = tag or runner.default_tag(plan, skip_frameworks=skip_frameworks)

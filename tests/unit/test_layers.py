@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("profiles and the resolver", {"loader", "resolver", "costs", "report", "drift"}),
     ("plan", {"pipeline.plan", "doctor", "interpreters", "installer", "hostfacts"}),
     ("render", {"render", "ledger"}),
-    ("runners and hosts", {"runners", "ssh", "tunnel", "sandbox", "vm", "verify.controller"}),
+    ("runners and hosts", {"runners", "ssh", "tunnel", "sandbox", "vm", "verify.controller", "image_hosts"}),
     ("the pipeline's stages and apply", {"pipeline", "apply"}),
     ("cli (the package provision/cli/: common, plans, apply, destroy, sandbox, build, verify)", {"cli", "__main__"}),
 ]
