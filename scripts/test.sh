@@ -22,6 +22,12 @@ fi
 free_disk() { df -B1G --output=avail "$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || echo /)" . 2>/dev/null |
          awk 'NR>1 {printf "%s%s GB", sep, $1; sep=", "}'; }
 echo "test.sh: free disk before the tests (Docker's root, this checkout): $(free_disk)"
+# The machine's speed (a fixed pure-Python workload, median of 3: about 3 s), so that runs on different machines
+# compare (issue 52, docs/testing.md); the run's last line divides its worker-seconds by it (tests/conftest.py).
+speed_line=$(.venv/bin/python -m tests.support.machine_speed)
+echo "$speed_line"
+PROVISION_MACHINE_SPEED=$(awk '{print $2}' <<<"$speed_line")
+export PROVISION_MACHINE_SPEED
 rc=0
 .venv/bin/python -m pytest "${parallel[@]}" "$@" || rc=$?
 echo "test.sh: free disk after the tests: $(free_disk)"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import snapshot
-from tests.support.worker_seconds import WorkerSeconds
+from tests.support.worker_seconds import WorkerSeconds, machine_speed_from_env
 
 # Seconds each group of tests took in a whole run (PROVISION_GROUP_SECONDS_OUT writes them): the groups start
 # longest first, so that the last to finish is a short one.
@@ -147,7 +147,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     workers), the figure docs/testing.md compares runs by. Not on a worker: its reports reach the controller."""
     if os.environ.get("PYTEST_XDIST_WORKER") or not _worker_seconds.per_test:
         return
-    terminalreporter.write_line(_worker_seconds.line(int(config.getoption("numprocesses", None) or 0)))
+    speed = machine_speed_from_env(os.environ.get("PROVISION_MACHINE_SPEED"))
+    terminalreporter.write_line(_worker_seconds.line(int(config.getoption("numprocesses", None) or 0), speed))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

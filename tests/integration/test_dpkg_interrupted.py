@@ -8,7 +8,8 @@ unpacked with `dpkg --unpack` and left unconfigured.
 - Without provision's pending note the work is someone else's: the preflight refuses the host in one line naming the
   package and the command to run, and nothing changes.
 - With the note (the dpkg snapshot of the host as provision's apply found it, python3-apt absent), the same apply
-  finishes dpkg's work first and converges: exit 0, the summary says what was finished, `provision check` passes, `dpkg --audit` is empty, the ledger owns
+  finishes dpkg's work first and converges: exit 0, the summary says what was finished, `provision check` passes
+  (and the apply ends with the demo's final block, as an apply from bare does), `dpkg --audit` is empty, the ledger owns
   python3-apt, a file in the account's home stays, and the next apply changes nothing.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import modules
+from tests.support.final_block import assert_final_block
 from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +86,8 @@ def test_provisions_own_interrupted_work_is_finished_and_the_apply_converges(hos
     proc = apply(host["env"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "provision check passed" in proc.stdout + proc.stderr
+    # The demo's last screen after an apply from a stock host (test_browser.py opens its URL on a converged host).
+    assert_final_block(proc.stdout, NAME)
     # The summary says what was finished (the ledger role's note, handed to the controller by host_record).
     assert re.search(rf"^{re.escape(NAME)}: finished the dpkg work an interrupted apply of provision's left: "
                      r"python3-apt \(dpkg --configure -a", proc.stdout, re.M), proc.stdout[-3000:]

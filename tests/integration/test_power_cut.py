@@ -22,13 +22,17 @@ environment and the Jupyter unit), keep the planted files of the accounts (a not
 account's own in the environment, never owned by the ledger), and a second apply must report changed=0 (--full for
 the long points; the default point's second apply is a plain one, as a user's next apply is).
 
-The points share one host: the first starts from a bare host (the issue's own case: the cut falls in python3-apt's
-unpack, provision's first install), and each point leaves the host converged for the next, which first takes away
-what its cut needs to be re-made (a wheel uninstalled by the account, packages purged, a unit or files removed).
-A point run without the ones before it converges the host first (ensure_converged).
+The points share one host, which starts converged: the session's converged DeskMini host (tests/support/snapshot.py:
+the same plan, --os debian-13 --skip-frameworks, applied from bare; that apply is test_apply.py's subject, and an
+apply from bare whose check passes is test_dpkg_interrupted.py's and test_browser.py's), under this module's name and
+state. The first point replaces it with a stock host (the issue's own case: the cut falls in python3-apt's unpack,
+provision's first install; it runs first in the module, before any apply), and each point leaves the host converged
+for the next, which first takes away what its cut needs to be re-made (a wheel uninstalled by the account, packages
+purged, a unit or files removed). A point after one that failed converges the host first (ensure_converged).
 
-The default command runs one point, wheel-numpy-files (a bare host converged, then the cut: about 300 s on 2 cores
-while other test runs shared them, 2026-11-27); the others are `long` (PROVISION_LONG=1), with their
+The default command runs one point, wheel-numpy-files (the converged host, then the cut; before the snapshot the
+host was converged from bare first: about 300 s on 2 cores while other test runs shared them, 2026-11-27; figures in
+docs/testing.md, "Issue 52: less work"); the others are `long` (PROVISION_LONG=1), with their
 figures in docs/reliability.md. Two points found bugs, fixed in the product: pip-numpy-metadata (run while pip
 installed the wheels, before uv; a wheel whose METADATA was written before its libraries read as installed for ever:
 provision_facts' `unfinished`, the ledger role,
@@ -62,6 +66,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support import snapshot
 from tests.support.apt import APT_WAIT
 from tests.support.leftovers import Commands
 from tests.support.names import sandbox_name
@@ -467,7 +472,9 @@ RESULTS: list[dict] = []
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory, request):
+def host(tmp_path_factory, request, converged_deskmini):
+    """The session's converged DeskMini host under this module's name and state (snapshot.start: the files' times
+    put back); the bare point replaces it with a stock one."""
     from provision import sandbox
 
     tmp = tmp_path_factory.mktemp("power-cut")
@@ -475,8 +482,8 @@ def host(tmp_path_factory, request):
     env = os.environ | {"PROVISION_STATE": str(tmp / "state"), "TMPDIR": str(tmp / "tmp")}
     cmds = Commands(env, markers=[str(tmp)])
     sandbox.remove(NAME)
-    sandbox.start(NAME, "13")
-    state = {"cmds": cmds, "bare": True, "converged": False}
+    snapshot.start(NAME, converged_deskmini)
+    state = {"cmds": cmds, "fresh": True, "converged": True}
     try:
         yield state
     finally:
@@ -510,12 +517,12 @@ def write_table(config) -> None:
 
 
 def ensure_converged(state: dict) -> None:
-    """A point that starts from a converged host, run without the points before it: converge first."""
+    """A point that starts from a converged host, after one that failed (or the bare point): converge first."""
     if state["converged"]:
         return
     proc = state["cmds"].run("apply", PROFILE, *ARGS, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    state["bare"], state["converged"] = False, True
+    state["fresh"], state["converged"] = False, True
 
 
 @pytest.mark.parametrize("point", [pytest.param(p, id=p.id, marks=[pytest.mark.long] if p.long else [])
@@ -523,10 +530,14 @@ def ensure_converged(state: dict) -> None:
 def test_a_cut_here_converges_with_the_next_apply(host, point: Point):
     cmds: Commands = host["cmds"]
     if point.bare:
-        assert host["bare"], "this point starts from a bare host; run it first in the module"
+        from provision import sandbox
+
+        assert host["fresh"], "this point starts from a bare host; run it first in the module"
+        sandbox.remove(NAME)  # the converged host goes; a stock one under the same name, no apply made to it yet
+        sandbox.start(NAME, "13")
     else:
         ensure_converged(host)
-    host["bare"], host["converged"] = False, False
+    host["fresh"], host["converged"] = False, False
     if point.prepare:
         sh(point.prepare)
     planted = plant()

@@ -8,8 +8,10 @@ started from it is that host rebooted under another name and SSH port (provision
 user's key and sudo rule written again, its host key pinned for the new port); the record and fingerprint the apply
 left on it are the host's, so its next apply takes the fast path. The from-bare apply itself stays covered where it
 is the subject: test_apply.py (the session's DeskMini host, which makes this image: tests/integration/conftest.py's
-deskmini_apply), test_collection_playbook.py, test_dpkg_interrupted.py, test_faults.py, test_power_cut.py,
-test_host_lock.py and the others that apply to a stock host.
+deskmini_apply), test_dpkg_interrupted.py (an apply from a stock host whose check passes, and the final block it
+prints), test_collection_playbook.py, test_faults.py, test_host_lock.py, test_plan_changes.py, test_power_cut.py's
+bare point and the others that apply to a stock host. Users: test_fast_reapply.py, test_power_cut.py (its default
+point), test_browser.py (docs/testing.md, "Issue 52: less work", says which modules were moved and why).
 
 Made once per session (PROVISION_TEST_SESSION_START, which scripts/test.sh exports to every worker): whoever needs it
 first makes it under a lock on the controller, the others wait for it and find it. tests/conftest.py removes it when

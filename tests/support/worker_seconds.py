@@ -20,7 +20,22 @@ class WorkerSeconds:
     def total(self) -> float:
         return sum(self.per_test.values())
 
-    def line(self, workers: int) -> str:
+    def line(self, workers: int, machine_speed: float | None = None) -> str:
+        """The run's line; with the machine's speed (seconds of tests/support/machine_speed.py's workload, which
+        scripts/test.sh measures before the tests), also the worker-seconds in that workload's units."""
         how = f"{workers} workers" if workers else "1 process"
         wall = time.monotonic() - self.started
-        return f"worker-seconds: {self.total():.1f} s over {len(self.per_test)} tests ({how}; wall {wall:.0f} s)"
+        text = f"worker-seconds: {self.total():.1f} s over {len(self.per_test)} tests ({how}; wall {wall:.0f} s)"
+        if machine_speed:
+            text += (f"; normalised: {self.total() / machine_speed:.0f} machine-speed units "
+                     f"(/ machine-speed {machine_speed:.2f} s)")
+        return text
+
+
+def machine_speed_from_env(value: str | None) -> float | None:
+    """PROVISION_MACHINE_SPEED as scripts/test.sh sets it: the median's seconds; None when unset or not a figure."""
+    try:
+        speed = float(value) if value else None
+    except ValueError:
+        return None
+    return speed if speed and speed > 0 else None

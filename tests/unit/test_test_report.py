@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import machine_speed
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Two modules of the shared host's group (tests/conftest.py's SHARED_HOST_MODULES), one module alone, one skipped.
@@ -52,7 +54,8 @@ def test_every_run_ends_with_its_worker_seconds(tmp_path, workers):
     # This test may itself run in an xdist worker: the run below is a whole run of its own, of its own session (the
     # session's end removes that session's converged DeskMini image: never this one's).
     env = {k: v for k, v in os.environ.items() if not k.startswith(
-        ("PYTEST_XDIST", "PYTEST_CURRENT_TEST", "PROVISION_GROUP_SECONDS_OUT", "PROVISION_TEST_SESSION_START"))}
+        ("PYTEST_XDIST", "PYTEST_CURRENT_TEST", "PROVISION_GROUP_SECONDS_OUT", "PROVISION_TEST_SESSION_START",
+         "PROVISION_MACHINE_SPEED"))}
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/unit/test_hashes.py", "-n", workers,
                            "-p", "no:cacheprovider", f"--junitxml={report}"],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -66,6 +69,41 @@ def test_every_run_ends_with_its_worker_seconds(tmp_path, workers):
     assert float(line[1]) == pytest.approx(junit, abs=0.2)
     assert float(line[1]) > 1  # two of the tests build and hash wheels: seconds each
     assert "slowest 10 durations" in proc.stdout
+
+
+def test_the_test_command_prints_the_machines_speed_and_normalises_the_worker_seconds(tmp_path):
+    """scripts/test.sh itself, on a small file in one process: it prints the machine's speed (the median of three
+    timings of a fixed workload) before the tests, and the run's last line divides the worker-seconds by it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(
+        ("PYTEST_XDIST", "PYTEST_CURRENT_TEST", "PROVISION_GROUP_SECONDS_OUT", "PROVISION_TEST_SESSION_START",
+         "PROVISION_MACHINE_SPEED"))}
+    proc = subprocess.run(["bash", "scripts/test.sh", "tests/unit/test_hashes.py", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=ROOT, env=env | {"PROVISION_TEST_WORKERS": "0"},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    speed = machine_speed.parse(proc.stdout)
+    assert speed is not None and speed > 0, proc.stdout[-3000:]
+    found = re.search(r"^machine-speed: [\d.]+ s \(median of 3: ([\d.]+) ([\d.]+) ([\d.]+);.*load average [\d.]+\)$",
+                      proc.stdout, re.M)
+    assert found, proc.stdout[:3000]
+    assert speed == pytest.approx(sorted(float(s) for s in found.groups())[1], abs=0.006)
+    # Before the tests: the speed line comes before pytest's session header.
+    assert proc.stdout.index("machine-speed:") < proc.stdout.index("test session starts")
+    line = re.search(r"^worker-seconds: ([\d.]+) s over (\d+) tests \(1 process; wall \d+ s\); normalised: (\d+) "
+                     r"machine-speed units \(/ machine-speed ([\d.]+) s\)$", proc.stdout, re.M)
+    assert line, proc.stdout[-3000:]
+    assert int(line[2]) == 3
+    assert float(line[4]) == pytest.approx(speed, abs=0.006)
+    assert int(line[3]) == pytest.approx(float(line[1]) / speed, abs=1)
+
+
+def test_the_machine_speed_workload_is_fixed():
+    """The workload gives its fixed result (a changed workload would make figures that do not compare), and the line
+    parses; a run's output without the line has no speed."""
+    assert machine_speed.workload() == machine_speed.CHECKSUM
+    assert machine_speed.workload(1000) != machine_speed.CHECKSUM
+    assert machine_speed.parse(machine_speed.line([1.25, 0.5, 2.0])) == 1.25
+    assert machine_speed.parse("worker-seconds: 1.0 s over 1 tests (1 process; wall 1 s)") is None
 
 
 def test_the_snapshots_maker_starts_first_and_its_users_after(tmp_path):
