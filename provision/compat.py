@@ -794,14 +794,21 @@ def _read(path: Path) -> dict:
 
 
 def _cache_file(root: Path, what: str = "db") -> Path:
-    """Where the validated database is kept between processes, keyed by provision's version and the data files'
-    names and contents (sha256 of all ~350 KB: about a millisecond). Keyed by content, not by size and mtime, so an
+    """Where the validated database is kept between processes, keyed by provision's version, the data folder, the
+    validating code (compat.py, models.py) and the data files' names and contents (sha256 of all ~350 KB: about a millisecond). Keyed by content, not by size and mtime, so an
     edit that keeps both (a copied file, a checkout, a coarse clock) still makes a new cache: it is never stale."""
     import hashlib
 
     from provision import __version__
 
     digest = hashlib.sha256(__version__.encode())
+    # The database records its folder, and the code that validates the rows decides what they hold: a cache written
+    # by another checkout (another folder, or the same data read by other code) is another key (2026-11-28: a
+    # cache from a worktree's checkout came back with that checkout's folder).
+    digest.update(f"{root.resolve()}\0".encode())
+    here = Path(__file__).resolve().parent
+    for code in (here / "compat.py", here / "models.py"):
+        digest.update(hashlib.sha256(code.read_bytes()).digest())
     for path in sorted([*root.glob("*.yaml"), *root.glob("*.json.gz")]):
         digest.update(f"{path.name}\0".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
