@@ -796,7 +796,8 @@ def _read(path: Path) -> dict:
 def _cache_file(root: Path, what: str = "db") -> Path:
     """Where the validated database is kept between processes, keyed by provision's version, the data folder, the
     validating code (compat.py, models.py) and the data files' names and contents (sha256 of all ~350 KB: about a
-    millisecond). Keyed by content, not by size and mtime, so an edit that keeps both (a copied file, a checkout, a coarse clock) still makes a new cache: it is never stale."""
+    millisecond). Keyed by content, not by size and mtime, so an edit that keeps both (a copied file, a checkout, a
+    coarse clock) still makes a new cache: it is never stale."""
     import hashlib
 
     from provision import __version__
