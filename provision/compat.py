@@ -529,6 +529,10 @@ class CompatDB(BaseModel):
     # Where data/nvidia_devices.yaml and the driver lists it names are: read on first use only (devices()), as most
     # commands never look past gpus.yaml. None (fixture databases): no driver list.
     devices_root: str | None = None
+    # Per gpus.yaml model: whether the open kernel modules drive every device NVIDIA's driver lists name for it
+    # (`kernelopen`), None where no list names it. Worked out when the database is compiled (load_db), so that a plan
+    # does not read the lists (34 ms) for what does not change between plans.
+    kernel_open_rows: dict[str, bool | None] = {}
 
     # --- look-ups -------------------------------------------------------------------------------------------
     def gpu(self, name: str) -> GPU | None:
@@ -582,7 +586,13 @@ class CompatDB(BaseModel):
         row = self.gpu(dev.name) or self.gpu_by_device_name(dev.name)
         if row is not None and row.cc == dev.cc and _family(row.chip) == dev.chip:
             return row
-        return device_gpu(dev)
+        made = device_gpu(dev)
+        arch = self.architecture_of(made.cc) if made is not None else None
+        if made is not None and arch is not None and "proprietary" not in arch.kernel_modules:
+            # kernelopen says the open modules drive it; the architecture, that only they do (Blackwell)
+            made = made.model_copy(update={"kernel_modules": tuple(m for m in made.kernel_modules
+                                                                   if m in arch.kernel_modules)})
+        return made
 
     def python_build(self, minor: str, arch: str) -> PythonBuild | None:
         """The newest python-build-standalone archive of a minor version ("3.11") for an architecture."""
@@ -593,11 +603,29 @@ class CompatDB(BaseModel):
         return next((a for a in self.architectures if cc in a.cc), None)
 
     def kernel_modules(self, gpu: GPU) -> tuple[KernelModule, ...]:
-        """The driver's kernel-module flavours that drive this GPU: its row's, else its architecture's."""
+        """The driver's kernel-module flavours that drive this GPU. Whether the open modules do, NVIDIA's driver
+        list decides (`kernelopen` on every device it lists under the row's PCI ID, model or aliases); whether the
+        proprietary ones do, the architecture (Blackwell: open only). A row the lists do not name (Jetson's
+        integrated GPUs) takes its architecture's flavours; a row may narrow them (GH200: Grace)."""
         if gpu.kernel_modules is not None:
             return gpu.kernel_modules
         arch = self.architecture_of(gpu.cc)
-        return arch.kernel_modules if arch is not None else ("proprietary", "open")
+        flavours = arch.kernel_modules if arch is not None else ("proprietary", "open")
+        if gpu.model in self.kernel_open_rows and any(g is gpu for g in self.gpus):
+            opens = self.kernel_open_rows[gpu.model]
+        else:  # a row made or changed after the database was compiled
+            listed = self._listed(gpu)
+            opens = all(d.kernel_open for d in listed) if listed else None
+        if opens is None:
+            return flavours
+        return tuple(f for f in ("proprietary", "open") if (opens if f == "open" else f in flavours))
+
+    def _listed(self, gpu: GPU) -> tuple[Device, ...]:
+        """The driver lists' devices a gpus.yaml row stands for: by its PCI ID, else by its model and aliases."""
+        table = self.devices()
+        if gpu.pci_id:
+            return table.by_id.get(int(gpu.pci_id, 16), ())
+        return tuple(d for n in (gpu.model, *gpu.aliases) for d in table.chips_named(n))
 
     def gpu_names(self) -> list[str]:
         return [g.model for g in self.gpus] + [a for g in self.gpus for a in g.aliases]
@@ -669,6 +697,7 @@ class Device(NamedTuple):
     checked: str
     chip_source: str  # the family row's source (compute capability per chip)
     confidence: str | None
+    cc_note: str | None = None  # why a CUDA-era chip has no compute capability (NVIDIA publishes none for it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -711,10 +740,40 @@ def device_table(root: str | None) -> DeviceTable:
     return table
 
 
-def _read_devices(path: Path) -> DeviceTable:
-    import bisect
+# A row of the open kernel modules' "Compatible GPUs" table: name, PCI device ID and, where the name is a subsystem's,
+# the subsystem's vendor and device IDs ("| NVIDIA RTX PRO 6000 Blackwell Workstation Edition | 2BB1 10DE 204B |").
+_README_ROW = re.compile(r"^\| (\S.*?) +\| ([0-9A-F]{4})(?: ([0-9A-F]{4}) ([0-9A-F]{4}))? +\|$", re.MULTILINE)
+
+
+def list_entries(file: Path, fmt: str) -> list[dict]:
+    """A driver list's entries as supported-gpus.json writes them (devid, name, legacybranch, features).
+
+    `supported-gpus.json`: the driver's own list (every GPU it drives). `open-modules-readme`: the "Compatible
+    GPUs" table of NVIDIA's open-gpu-kernel-modules README for one release, the GPUs the open kernel modules drive
+    (the list's `kernelopen` rows; it has no legacy branches, the open modules drive no legacy GPU)."""
     import gzip
     import json
+
+    with gzip.open(file, "rt", encoding="utf-8") as fh:
+        text = fh.read()
+    if fmt == "supported-gpus.json":
+        return json.loads(text)["chips"]
+    if fmt != "open-modules-readme":
+        raise DataError(f"{file.name}: unknown driver list format '{fmt}'")
+    _, found, table = text.partition("\n## Compatible GPUs\n")
+    if not found:
+        raise DataError(f"{file.name}: no 'Compatible GPUs' section")
+    rows = []
+    for m in _README_ROW.finditer(table.split("\n## ", 1)[0]):
+        entry = {"devid": f"0x{m.group(2)}", "name": m.group(1), "features": ["kernelopen"]}
+        if m.group(3):
+            entry.update(subvendorid=f"0x{m.group(3)}", subdevid=f"0x{m.group(4)}")
+        rows.append(entry)
+    return rows
+
+
+def _read_devices(path: Path) -> DeviceTable:
+    import bisect
 
     root = path
     try:
@@ -724,9 +783,7 @@ def _read_devices(path: Path) -> DeviceTable:
         firsts = [r[0] for r in ranges]
         devices: list[Device] = []
         for lst in meta["driver_lists"]:
-            with gzip.open(path / lst["file"], "rt", encoding="utf-8") as fh:
-                chips = json.load(fh)["chips"]
-            for entry in chips:
+            for entry in list_entries(path / lst["file"], lst.get("format", "supported-gpus.json")):
                 devid = int(entry["devid"], 16)
                 at = bisect.bisect_right(firsts, devid) - 1
                 chip = ranges[at][2] if at >= 0 and ranges[at][1] >= devid else "unknown"
@@ -736,7 +793,7 @@ def _read_devices(path: Path) -> DeviceTable:
                     entry["devid"], entry["name"], legacy.split(".")[0] if legacy else None,
                     "kernelopen" in entry.get("features", ()), chip, fam.get("arch"), fam.get("cc"), lst["driver"],
                     lst["source"], lst["checked"], fam.get("source", meta["pci_ids"]["source"]),
-                    fam.get("confidence"),
+                    fam.get("confidence"), fam.get("cc_note"),
                 ))
     except (OSError, KeyError, ValueError) as exc:
         raise DataError(f"the device table in {root} is broken: {exc}") from exc
@@ -867,7 +924,7 @@ def _read_db(root: Path) -> CompatDB:
         # Raw rows, like every table above: CompatDB validates them into Instance.
         instances: Any = [{**row, "provider": provider} for provider in ("aws", "gcp", "azure")
                           for row in cloud[provider]]
-        return CompatDB(
+        db = CompatDB(
             gpus=gpus["rows"],
             architectures=gpus["architectures"],
             toolkits=cuda["toolkits"],
@@ -907,6 +964,9 @@ def _read_db(root: Path) -> CompatDB:
             containers=containers,
             devices_root=str(root),
         )
+        listed = {g.model: db._listed(g) for g in db.gpus}
+        return db.model_copy(update={"kernel_open_rows": {
+            model: all(d.kernel_open for d in devs) if devs else None for model, devs in listed.items()}})
     except (OSError, KeyError, ValidationError) as exc:
         raise DataError(f"the compatibility database in {root} is broken: {exc}") from exc
 

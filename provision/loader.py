@@ -530,6 +530,12 @@ def _legacy_problem(db: CompatDB, name: str, at: Path_, field: str, add) -> bool
             f"give {dotted(at)}.pci_id: `lspci -nn -d 10de:` prints it after '10de:' (or `provision doctor`)")
         return True
     dev = devs[0]
+    if dev.cc_note:  # a CUDA-era chip whose compute capability NVIDIA does not publish: the user can give it
+        add((*at, field), f"{dev.name} ({dev.pci_id}, {dev.chip}, {dev.arch}) has no known compute capability: "
+            f"{dev.cc_note} ({dev.chip_source})",
+            f"describe it: {dotted(at)}.compute_capability (`nvidia-smi --query-gpu=compute_cap --format=csv,noheader`) "
+            f"and {dotted(at)}.memory_gb")
+        return True
     last = f"its last driver is the {dev.legacy_branch}.xx legacy branch" if dev.legacy_branch else ""
     add((*at, field), f"{dev.name} ({dev.pci_id}, {dev.chip}, {dev.arch or 'unknown architecture'}) predates CUDA"
         + (f"; {last}" if last else ""),

@@ -120,22 +120,26 @@ def gpu_rows(db: CompatDB) -> list[dict[str, Any]]:
 
 def device_rows(db: CompatDB) -> list[dict[str, Any]]:
     """Every device of NVIDIA's driver lists (one row per PCI device ID and name), with what provision plans for it:
-    the branches that drive it, or the legacy branch that is its last driver where provision plans none."""
-    rows = []
-    seen: set[tuple[str, str]] = set()
+    the branches that drive it, or the legacy branch that is its last driver where provision plans none, and the
+    lists that name it (`driver_lists`: the 550 supported-gpus.json, the 580 open modules' table, or both).
+    `kernel_open` where every list that names it says so (the CMP 30HX-50HX: the 580 table only)."""
+    found: dict[tuple[str, str], list] = {}
     for d in db.devices().devices:
-        if (d.pci_id, d.name) in seen:
-            continue
-        seen.add((d.pci_id, d.name))
-        row = db.resolve_gpu(d.pci_id)
+        found.setdefault((d.pci_id, d.name), []).append(d)
+    rows = []
+    for (pci_id, name), devs in found.items():
+        d = devs[0]
+        row = db.resolve_gpu(pci_id)
         span = _driver_span(db, row) if row is not None else "-"
         if span == "-" and d.legacy_branch:
             span = f"{d.legacy_branch}.xx legacy only"
+        lists = list(dict.fromkeys(x.driver for x in devs))
         rows.append({
-            "pci_id": d.pci_id, "name": d.name, "chip": d.chip, "arch": d.arch, "cc": d.cc,
-            "legacy_branch": d.legacy_branch, "kernel_open": d.kernel_open, "driver": span,
+            "pci_id": pci_id, "name": name, "chip": d.chip, "arch": d.arch, "cc": d.cc,
+            "legacy_branch": d.legacy_branch, "kernel_open": all(x.kernel_open for x in devs), "driver": span,
             "drivers": [b.branch for b in db.branches if row is not None and b.drives(row)],
-            "model": row.model if row is not None else None, "driver_list": d.driver, "source": d.source,
+            "model": row.model if row is not None else None, "driver_list": lists[0], "driver_lists": lists,
+            "source": d.source,
         })
     return rows
 

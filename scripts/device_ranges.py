@@ -1,6 +1,10 @@
-"""Write `pci_ids.id_ranges` of provision/data/nvidia_devices.yaml from a driver's supported-gpus.json and pci.ids.
+"""Write `pci_ids.id_ranges` of provision/data/nvidia_devices.yaml from the driver lists it names and pci.ids.
 
-    python scripts/device_ranges.py SUPPORTED_GPUS_JSON[.gz] PCI_IDS > ranges.yaml
+    python scripts/device_ranges.py PCI_IDS > ranges.yaml
+
+The driver lists are read as provision reads them (`driver_lists` of provision/data/nvidia_devices.yaml: a
+driver's supported-gpus.json, the open kernel modules' README table), so every device ID of every list gets a
+range.
 
 pci.ids (Debian's `pci.ids` package, /usr/share/misc/pci.ids) names the chip of each NVIDIA device ID
 ("1b81  GP104 [GeForce GTX 1070]"). The driver's list is walked in device-ID order and consecutive IDs on one chip
@@ -10,10 +14,10 @@ a range of its own with chip "unknown". Nothing is guessed from a marketing name
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 import sys
+
+import yaml
 
 _SUFFIX = re.compile(r"(GLM|GL|BM|M)$")
 
@@ -46,10 +50,14 @@ def nvidia_ids(pci_ids: str) -> dict[int, str]:
     return ids
 
 
-def main(json_path: str, pci_ids: str) -> None:
-    opener = gzip.open if json_path.endswith(".gz") else open
-    with opener(json_path, "rt") as fh:
-        chips = json.load(fh)["chips"]
+def main(pci_ids: str) -> None:
+    from provision.compat import list_entries
+    from provision.resources import data_dir
+
+    data = data_dir()
+    meta = yaml.safe_load((data / "nvidia_devices.yaml").read_text())
+    chips = [e for lst in meta["driver_lists"]
+             for e in list_entries(data / lst["file"], lst.get("format", "supported-gpus.json"))]
     names = nvidia_ids(pci_ids)
     version = "?"
     with open(pci_ids, encoding="utf-8", errors="replace") as fh:
@@ -70,4 +78,4 @@ def main(json_path: str, pci_ids: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1])

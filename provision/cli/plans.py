@@ -115,8 +115,9 @@ def gpus(
         help="Show only GPUs whose name contains this (case aside), or the one with this PCI device ID (0x1DB1).",
         show_default=False)] = None,
     every: Annotated[bool, typer.Option(
-        "--all", help="Every GPU of NVIDIA's driver list (supported-gpus.json): PCI device ID, the name nvidia-smi "
-        "prints, chip, compute capability, branches and whether the open kernel modules drive it.")] = False,
+        "--all", help="Every GPU of NVIDIA's driver lists (the 550 driver's supported-gpus.json, the 580 open kernel "
+        "modules' table): PCI device ID, the name nvidia-smi prints, chip, compute capability, branches, whether the "
+        "open kernel modules drive it, and which list names it.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List the GPUs the database knows, with compute capability, peaks and the driver branches that drive them."""
@@ -146,12 +147,13 @@ def gpus(
             table.add_column(header, no_wrap=header != "GPU (as nvidia-smi prints it)")
         table.add_column("drivers")
         table.add_column("open")
+        table.add_column("list", no_wrap=True)  # which of NVIDIA's lists name it: 550, 580 (the open modules'), both
         for r in rows:
             table.add_row(r["pci_id"], r["name"], r["chip"], r["cc"] or "-", r["driver"],
-                          "yes" if r["kernel_open"] else "no")
+                          "yes" if r["kernel_open"] else "no", "+".join(x.split(".")[0] for x in r["driver_lists"]))
         out.print(table)
         if not as_json and key is None:
-            out.print(f"{len(rows)} devices in NVIDIA's driver list "
+            out.print(f"{len(rows)} devices in NVIDIA's driver lists "
                       f"({', '.join(str(lst['driver']) for lst in db.devices().lists)}); "
                       "filter: provision gpus NAME --all", markup=False)
         return

@@ -1,8 +1,9 @@
 """Every GPU NVIDIA's driver lists (supported-gpus.json, shipped in provision/data) resolves, by its PCI device ID
 and by the name nvidia-smi prints, to its chip, architecture, compute capability and driver branches.
 
-The list is the 550.163.01 driver's from Debian trixie (data/nvidia_devices.yaml says where it came from). A GPU
-that is not in gpus.yaml is planned from the list's row: chip from pci.ids, compute capability per chip family.
+The lists are the 550.163.01 driver's supported-gpus.json from Debian trixie and the 580.105.08 open kernel modules'
+"Compatible GPUs" table (data/nvidia_devices.yaml says where each came from). A GPU that is not in gpus.yaml is
+planned from the list's row: chip from pci.ids, compute capability per chip family.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision.compat import load_db
+from provision.compat import list_entries, load_db
 from provision.errors import IncompatibleError, ProfileError
 from provision.loader import load_profile
 from provision.models import Label
@@ -35,8 +36,7 @@ OLDEST = min(DB.branches, key=lambda b: V(b.branch)).branch  # "470": provision 
 
 
 def _entries(lst: dict) -> list[dict]:
-    with gzip.open(DATA / lst["file"], "rt", encoding="utf-8") as fh:
-        return json.load(fh)["chips"]
+    return list_entries(DATA / lst["file"], lst.get("format", "supported-gpus.json"))
 
 
 @pytest.mark.parametrize("lst", META["driver_lists"], ids=lambda lst: lst["driver"])
@@ -50,7 +50,35 @@ def test_a_shipped_driver_list_is_the_packaged_file_and_says_where_it_came_from(
 
 def test_the_550_list_is_all_there():
     # 2224 entries (device IDs, some per subsystem) under 904 names, as the issue counted them
-    assert len(TABLE.devices) == 2224 and len({d.name for d in TABLE.devices}) == 904
+    devs = [d for d in TABLE.devices if d.driver == "550.163.01"]
+    assert len(devs) == 2224 and len({d.name for d in devs}) == 904
+    with gzip.open(DATA / "supported-gpus-550.163.01.json.gz", "rt", encoding="utf-8") as fh:
+        assert len(json.load(fh)["chips"]) == 2224
+
+
+def test_the_580_open_modules_table_is_all_there_and_adds_blackwell():
+    # README.md of open-gpu-kernel-modules at 580.105.08: 818 rows (288 device IDs, some per subsystem), every one
+    # a GPU the open modules drive; 50 device IDs the 550 list lacks (Blackwell, the Tesla T4, newer Hopper parts)
+    devs = [d for d in TABLE.devices if d.driver == "580.105.08"]
+    with gzip.open(DATA / "open-gpu-kernel-modules-580.105.08-README.md.gz", "rt", encoding="utf-8") as fh:
+        rows = [line for line in fh if re.match(r"^\| .+ \| [0-9A-F]{4}( [0-9A-F]{4} [0-9A-F]{4})? +\|$", line)]
+    assert len(devs) == len(rows) == 818 and all(d.kernel_open and d.legacy_branch is None for d in devs)
+    ids = {d.pci_id for d in devs}
+    new = ids - {d.pci_id for d in TABLE.devices if d.driver == "550.163.01"}
+    assert len(ids) == 288 and len(new) == 50
+    assert {d.arch for d in devs if d.pci_id in new} == {"Turing", "Ada", "Hopper", "Blackwell"}
+    five090 = TABLE.by_id[0x2B85]
+    assert [(d.name, d.chip, d.cc, d.driver) for d in five090] == [("NVIDIA GeForce RTX 5090", "GB202", "12.0",
+                                                                    "580.105.08")]
+
+
+def test_pci_ids_agrees_with_nvidia_s_own_blackwell_chip_ranges():
+    ranges = [(int(r["first"], 16), int(r["last"], 16), r["chip"]) for r in META["nvidia_chip_ranges"]["ranges"]]
+    blackwell = [d for d in TABLE.devices if d.arch == "Blackwell"]
+    assert len(blackwell) == 72 and len({d.pci_id for d in blackwell}) == 45  # entries, some per subsystem
+    for d in blackwell:
+        nvidia = [chip for first, last, chip in ranges if first <= int(d.pci_id, 16) <= last]
+        assert nvidia == [d.chip], (d.pci_id, d.name, d.chip, nvidia)
 
 
 def test_every_device_id_has_a_chip_from_pci_ids_and_every_chip_a_family_row():
@@ -127,6 +155,10 @@ def test_the_names_the_issue_quotes_resolve():
         ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell", "12.0"),
         ("NVIDIA GeForce RTX 3060 Laptop GPU", "NVIDIA GeForce RTX 3060 Laptop GPU", "8.6"),
         ("0x1DB1", "Tesla V100 SXM2 16GB", "7.0"),
+        # device IDs only the 580 table names
+        ("0x2B85", "GeForce RTX 5090", "12.0"),
+        ("0x1EB8", "Tesla T4", "7.5"),
+        ("0x3182", "B300", "10.3"),
     ]:
         row = DB.resolve_gpu(name)
         assert row is not None and (row.model, row.cc) == (model, cc), (name, row)
@@ -136,23 +168,38 @@ def test_kernelopen_decides_the_module_flavours_of_a_driver_list_row_and_agrees_
     archs = {a.name: a for a in DB.architectures}
     differ = sorted(d.name for d in CUDA if d.arch in archs and d.legacy_branch is None
                     and d.kernel_open != ("open" in archs[d.arch].kernel_modules))
-    # The mining parts: Turing chips whose open-module support NVIDIA does not claim
+    # The mining parts: Turing chips whose open-module support the 550 list does not claim (the 580 table does:
+    # where the lists disagree, the proprietary modules, which drive them on every branch)
     assert differ == ["NVIDIA CMP 30HX", "NVIDIA CMP 40HX", "NVIDIA CMP 50HX"]
     assert DB.resolve_gpu("NVIDIA CMP 50HX").kernel_modules == ("proprietary",)
     laptop = DB.resolve_gpu("NVIDIA GeForce RTX 3060 Laptop GPU")
     pascal = DB.resolve_gpu("Quadro P620")
     assert laptop.kernel_modules == ("proprietary", "open") and pascal.kernel_modules == ("proprietary",)
-    # gpus.yaml's rows take their architecture's flavours: the list's kernelopen agrees for every row it names
+    # Blackwell from the 580 table: kernelopen says the open modules drive it, the architecture that only they do
+    assert DB.resolve_gpu("NVIDIA GeForce RTX 5090 Laptop GPU").kernel_modules == ("open",)
+
+
+def test_kernelopen_decides_for_gpus_yaml_rows_too():
     named = 0
     for g in DB.gpus:
         devs = [d for n in (g.model, *g.aliases) for d in TABLE.chips_named(n)]
-        named += bool(devs)
-        assert {d.kernel_open for d in devs} <= {"open" in DB.kernel_modules(g)}, g.model
-    assert named >= 130
+        if g.kernel_modules is not None or not devs:
+            continue  # a row that narrows its flavours (GH200), or one no list names: its architecture's
+        named += 1
+        assert ("open" in DB.kernel_modules(g)) == all(d.kernel_open for d in devs), g.model
+    assert named >= 140
+    # The list decides, not the architecture: a Turing row the list names without kernelopen is proprietary only,
+    # and an unlisted row keeps its architecture's flavours
+    turing = DB.gpu("Tesla T4")
+    cmp_row = turing.model_copy(update={"model": "NVIDIA CMP 50HX", "aliases": ()})
+    assert DB.kernel_modules(turing) == ("proprietary", "open") and DB.kernel_modules(cmp_row) == ("proprietary",)
+    unlisted = turing.model_copy(update={"model": "Some Turing board", "aliases": ()})
+    assert DB.kernel_modules(unlisted) == ("proprietary", "open")
+    assert DB.kernel_modules(DB.gpu("GeForce RTX 5090")) == ("open",)
 
 
 def test_the_open_modules_drive_every_device_the_list_marks_kernelopen_and_no_other():
-    assert {d.arch for d in TABLE.devices if d.kernel_open} == {"Turing", "Ampere", "Ada", "Hopper"}
+    assert {d.arch for d in TABLE.devices if d.kernel_open} == {"Turing", "Ampere", "Ada", "Hopper", "Blackwell"}
 
 
 def _profile(tmp_path: Path, gpu: str, os_: tuple[str, str]) -> Path:

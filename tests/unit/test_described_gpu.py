@@ -81,8 +81,8 @@ def test_the_verifier_checks_a_described_gpu_against_the_device_and_reports_figu
 
 
 def test_an_unknown_gpu_says_how_to_describe_it(tmp_path):
-    # Not in gpus.yaml, nor in the 550 driver's list (a Blackwell laptop part: its list is the 580 driver's)
-    (p,) = problems(write(tmp_path, '{model: "GeForce RTX 5090 Laptop GPU"}'))
+    # Not in gpus.yaml, nor in any of NVIDIA's driver lists
+    (p,) = problems(write(tmp_path, '{model: "GeForce RTX 5095"}'))
     assert (p.line, p.field) == (3, "hardware.gpu.model")
     assert "did you mean 'GeForce RTX 5090'?" in p.hint
     assert "hardware.gpu.compute_capability" in p.hint and "nvidia-smi --query-gpu=compute_cap" in p.hint

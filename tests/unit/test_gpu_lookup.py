@@ -49,7 +49,7 @@ def test_the_name_nvidia_smi_prints_plans_the_gpus_yaml_row(tmp_path):
 @pytest.mark.parametrize("gpu, message", [
     ('{pci_id: "1DB1"}', "'1DB1' is not a PCI device ID"),
     ('{pci_id: 0x1DB1}', "read by YAML as a number"),
-    ('{pci_id: "0xFFFF"}', "no GPU with PCI device ID 0xFFFF in NVIDIA's driver list (550.163.01)"),
+    ('{pci_id: "0xFFFF"}', "no GPU with PCI device ID 0xFFFF in NVIDIA's driver list (550.163.01, 580.105.08)"),
     ('{count: 1}', "give the GPU's model (as nvidia-smi prints it) or its pci_id"),
     ('{model: "GeForce GTX 1070", pci_id: "0x1DB1"}', "'GeForce GTX 1070' is not the GPU with PCI device ID 0x1DB1"),
 ])
@@ -101,13 +101,40 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_provision_gpus_lists_the_driver_list_behind_all_and_filters():
     rows = json.loads(cli("gpus", "--all", "--json").stdout)
-    assert len(rows) == 1273 and all({"pci_id", "name", "cc", "drivers", "kernel_open"} <= r.keys() for r in rows)
+    # 1273 (device ID, name) pairs of the 550 list and 50 device IDs only the 580 open modules' table names
+    assert len(rows) == 1323 and all({"pci_id", "name", "cc", "drivers", "kernel_open", "driver_lists"} <= r.keys()
+                                     for r in rows)
+    assert sum(r["driver_lists"] == ["580.105.08"] for r in rows) == 50
+    cmp50 = next(r for r in rows if r["name"] == "NVIDIA CMP 50HX")
+    assert cmp50["driver_lists"] == ["550.163.01", "580.105.08"] and cmp50["kernel_open"] is False
     k2000 = next(r for r in rows if r["name"] == "Quadro K2000")
     assert (k2000["cc"], k2000["drivers"], k2000["kernel_open"]) == ("3.0", ["470"], False)
     fx = next(r for r in rows if r["name"] == "GeForce FX 5200")
     assert (fx["cc"], fx["driver"]) == (None, "173.xx legacy only")
     table = cli("gpus", "0x1DB1").stdout
     assert "Tesla V100-SXM2-16GB" in table and "GV100" in table and "R470-R580" in table
+    five090 = cli("gpus", "0x2B85").stdout
+    assert "NVIDIA GeForce RTX 5090" in five090 and "GB202" in five090 and "12.0" in five090 and " 580" in five090
     short = cli("gpus", "1070").stdout.splitlines()
     assert [line.split()[:3] for line in short[1:]] == [["GeForce", "GTX", "1070"], ["GeForce", "GTX", "1070"]]
     assert len(json.loads(cli("gpus", "--json").stdout)) == len(DB.gpus)
+
+
+def test_a_cuda_era_chip_without_a_published_compute_capability_asks_for_it_and_plans_when_given(tmp_path):
+    # GB102 (the DRIVE P2021 of the 580 open modules' table): Blackwell, yet NVIDIA's CUDA GPUs table names no
+    # product on it, so no compute capability is guessed; a profile that gives one plans
+    for gpu, field in (('{model: "NVIDIA DRIVE P2021"}', "hardware.gpu.model"),
+                       ('{pci_id: "0x29BB"}', "hardware.gpu.pci_id")):
+        p = problem(write(tmp_path, gpu, os_='debian, release: "13"'))
+        assert p.field == field and "(0x29BB, GB102, Blackwell) has no known compute capability" in p.message, p
+        assert "hardware.gpu.compute_capability" in p.hint and "predates" not in p.message
+    plan = resolve(load_profile(write(tmp_path, '{model: "NVIDIA DRIVE P2021", compute_capability: "10.0", '
+                                               'memory_gb: 32}', os_='debian, release: "13"'), db=DB), DB)
+    assert plan.gpu.compute_capability == "10.0"
+
+
+def test_blackwell_names_only_the_580_table_lists_plan_on_the_open_modules(tmp_path):
+    plan = resolve(load_profile(write(tmp_path, '{model: "NVIDIA GeForce RTX 5090 Laptop GPU"}',
+                                      os_='debian, release: "13"'), db=DB), DB)
+    assert (plan.gpu.compute_capability, plan.driver.kernel_module) == ("12.0", "open")
+    assert plan.gpu.memory_gb is None
