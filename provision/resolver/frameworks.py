@@ -4,6 +4,7 @@ only; Colab and Jetson take the platform's builds (provision.resolver.colab, .je
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from provision.compat import GPU, JaxRow, TFRow, TorchRow
@@ -187,7 +188,10 @@ def refuse_framework(ctx: Ctx, req: FrameworkRequest, cands: list[Fw]) -> Incomp
                 why += f"; the newest release with {gpu.sm} kernels is {_build(last).split(' ', 1)[1]}"
         else:
             why = problems[0][1] if problems else f"no {req.name} build in the database"
-    alternatives = []
+    gap = None if req.version else _python_gap(ctx, req, cands)
+    if gap is not None:
+        why = gap[0]
+    alternatives = [gap[1]] if gap is not None else []
     if works and req.version:
         alternatives.append(f"{req.name} {works[0]} (drop or change the version pin)")
     if req.name == "tensorflow" and ctx.profile.target.arch == "x86_64" and "avx" not in ctx.profile.hardware.cpu.flags:
@@ -198,6 +202,24 @@ def refuse_framework(ctx: Ctx, req: FrameworkRequest, cands: list[Fw]) -> Incomp
     if not alternatives:
         alternatives.append(f"remove {req.name} from software.frameworks")
     return IncompatibleError(f"no {req.name} build fits: {why}", alternatives=alternatives, where=ctx.where)
+
+
+def _python_gap(ctx: Ctx, req: FrameworkRequest, cands: list[Fw]) -> tuple[str, str] | None:
+    """Where builds run on the GPU but none has wheels for the plan's Python: the reason, naming the newest release
+    for the nearest Python that has them, and that Python as the way out. None where the Python is not the cause."""
+    runs = [fw for fw in cands if _runs_on(fw, ctx.gpu)]
+    if not runs or any(in_range(ctx.python, fw.row.python_min, fw.row.python_max) for fw in runs):
+        return None
+    low = min((fw.row.python_min for fw in runs), key=V)
+    nearest = low if V(ctx.python) < V(low) else max((fw.row.python_max for fw in runs), key=V)
+    best = max((fw for fw in runs if in_range(nearest, fw.row.python_min, fw.row.python_max)), key=lambda f: V(f.version))
+    if fw_problem(dataclasses.replace(ctx, python=nearest), best, FrameworkRequest(name=req.name)) is not None:
+        return None  # another Python would not be enough (a CPU without AVX, an aarch64 build): that reason stands
+    return (
+        f"no {req.name} release in the database has wheels for Python {ctx.python}; the newest for Python {nearest} "
+        f"is {req.name} {best.version}, which supports Python {best.row.python_min}-{best.row.python_max}",
+        f'software.python: "{nearest}" ({req.name} {best.version}), or remove {req.name} from software.frameworks',
+    )
 
 
 def check_framework_cuda_pin(ctx: Ctx, req: FrameworkRequest, ok: list[Fw]) -> None:

@@ -44,4 +44,35 @@ def test_a_minor_a_framework_has_no_build_for_names_its_newest_release_and_its_p
     with pytest.raises(IncompatibleError) as exc:
         resolve(load_profile(write(tmp_path, "3.14", "tensorflow"), db=DB), DB)
     newest = max((r.version for r in DB.tensorflow), key=V)
-    assert f"tensorflow {newest} supports Python" in str(exc.value) and "not 3.14" in str(exc.value)
+    assert "no tensorflow release in the database has wheels for Python 3.14" in str(exc.value)
+    assert f"the newest for Python 3.13 is tensorflow {newest}, which supports Python 3.10-3.13" in str(exc.value)
+    assert exc.value.alternatives[0].startswith(f'software.python: "3.13" (tensorflow {newest})')
+
+
+FRAMEWORKS = {"pytorch": DB.torch, "tensorflow": DB.tensorflow, "jax": DB.jax}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+@pytest.mark.parametrize("minor", MINORS)
+def test_every_minor_plans_each_framework_with_wheels_for_it_or_names_the_nearest(tmp_path, minor, framework):
+    rows = FRAMEWORKS[framework]
+    fits = [r for r in rows if V(r.python_min) <= V(minor) <= V(r.python_max) and getattr(r, "pypi_default", True)]
+    if fits:
+        plan = resolve(load_profile(write(tmp_path, minor, framework), db=DB), DB)
+        reqs = plan.pip_requirements()
+        assert any(r.startswith("numpy==") for r in reqs) and any(r.startswith("jupyterlab==") for r in reqs)
+        newest = max((r.version for r in fits), key=V)
+        assert [f.version for f in plan.frameworks] == [newest], (minor, framework)
+        return
+    with pytest.raises(IncompatibleError) as exc:
+        resolve(load_profile(write(tmp_path, minor, framework), db=DB), DB)
+    assert f"no {framework} release in the database has wheels for Python {minor}" in str(exc.value)
+    assert exc.value.alternatives[0].startswith("software.python: ")
+
+
+def test_jax_on_python_3_9_is_0_4_30_and_3_8_is_refused_naming_it(tmp_path):
+    plan = resolve(load_profile(write(tmp_path, "3.9", "jax"), db=DB), DB)
+    assert "jax[cuda12]==0.4.30" in plan.pip_requirements() and "numpy==1.26.4" in plan.pip_requirements()
+    with pytest.raises(IncompatibleError) as exc:
+        resolve(load_profile(write(tmp_path, "3.8", "jax"), db=DB), DB)
+    assert "the newest for Python 3.9 is jax 0.4.30" in str(exc.value)
