@@ -698,6 +698,7 @@ class Device(NamedTuple):
     chip_source: str  # the family row's source (compute capability per chip)
     confidence: str | None
     cc_note: str | None = None  # why a CUDA-era chip has no compute capability (NVIDIA publishes none for it)
+    list_name: str = ""  # which list names it, for people: "supported-gpus.json of 550.163.01"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -783,7 +784,10 @@ def _read_devices(path: Path) -> DeviceTable:
         firsts = [r[0] for r in ranges]
         devices: list[Device] = []
         for lst in meta["driver_lists"]:
-            for entry in list_entries(path / lst["file"], lst.get("format", "supported-gpus.json")):
+            fmt = lst.get("format", "supported-gpus.json")
+            list_name = (f"supported-gpus.json of {lst['driver']}" if fmt == "supported-gpus.json"
+                         else f"the open kernel modules' table of {lst['driver']}")
+            for entry in list_entries(path / lst["file"], fmt):
                 devid = int(entry["devid"], 16)
                 at = bisect.bisect_right(firsts, devid) - 1
                 chip = ranges[at][2] if at >= 0 and ranges[at][1] >= devid else "unknown"
@@ -793,7 +797,7 @@ def _read_devices(path: Path) -> DeviceTable:
                     entry["devid"], entry["name"], legacy.split(".")[0] if legacy else None,
                     "kernelopen" in entry.get("features", ()), chip, fam.get("arch"), fam.get("cc"), lst["driver"],
                     lst["source"], lst["checked"], fam.get("source", meta["pci_ids"]["source"]),
-                    fam.get("confidence"), fam.get("cc_note"),
+                    fam.get("confidence"), fam.get("cc_note"), list_name,
                 ))
     except (OSError, KeyError, ValueError) as exc:
         raise DataError(f"the device table in {root} is broken: {exc}") from exc
@@ -830,7 +834,7 @@ def device_gpu(dev: Device) -> GPU | None:
         kernel_modules=modules, pci_id=dev.pci_id, legacy_branch=dev.legacy_branch,
         confidence="driver-list",
         note="memory from NVIDIA's name for it" if m else None,
-        source=f"{dev.source} (supported-gpus.json of {dev.driver}, {dev.pci_id}); chip: pci.ids; "
+        source=f"{dev.source} ({dev.list_name or dev.driver}, {dev.pci_id}); chip: pci.ids; "
                f"compute capability: {dev.chip_source}",
         checked=dev.checked,
     )

@@ -228,7 +228,8 @@ SYSTEMS = [tuple(s.os_id.split("-", 1)) for s in DB.systems]
 
 def test_every_architecture_has_a_driver_list_only_device_to_plan():
     assert {d.arch for d in PER_ARCH} >= {"Tesla", "Fermi", "Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere",
-                                          "Ada", "Hopper"}
+                                          "Ada", "Hopper", "Blackwell"}
+    assert next(d for d in PER_ARCH if d.arch == "Blackwell").driver == "580.105.08"  # from the open modules' table
 
 
 @pytest.mark.parametrize("os_", SYSTEMS, ids="-".join)
@@ -248,7 +249,9 @@ def test_a_driver_list_device_plans_by_pci_id_or_is_refused_with_the_reason(tmp_
     if dev.legacy_branch is not None:
         assert V(plan.driver.branch) <= V(dev.legacy_branch)
     reason = next(r for r in plan.reasons if r.component == "gpu")
-    assert dev.pci_id in reason.choice and "supported-gpus.json" in reason.source
+    assert dev.pci_id in reason.choice
+    assert ("supported-gpus.json of 550.163.01" if dev.driver == "550.163.01"
+            else "the open kernel modules' table of 580.105.08") in reason.source
 
 
 def test_a_pre_cuda_device_is_refused_at_its_line_with_its_last_driver(tmp_path):
