@@ -590,7 +590,7 @@ class CompatDB(BaseModel):
         arch = self.architecture_of(made.cc) if made is not None else None
         if made is not None and arch is not None and "proprietary" not in arch.kernel_modules:
             # kernelopen says the open modules drive it; the architecture, that only they do (Blackwell)
-            made = made.model_copy(update={"kernel_modules": tuple(m for m in made.kernel_modules
+            made = made.model_copy(update={"kernel_modules": tuple(m for m in (made.kernel_modules or ())
                                                                    if m in arch.kernel_modules)})
         return made
 
