@@ -9,7 +9,7 @@ from provision.errors import IncompatibleError
 from provision.models import FrameworkPlan, FrameworkRequest, Profile
 from provision.resolver.context import Ctx, LanePlans
 from provision.resolver.links import pin_matches, toolkit_builds
-from provision.resolver.stack import check_platform_pins, platform_plans
+from provision.resolver.platform import check_platform_pins, platform_plans
 from provision.versions import V
 
 
