@@ -25,9 +25,9 @@ def _read(path: Path) -> dict:
 
 def _cache_file(root: Path, what: str = "db") -> Path:
     """Where the validated database is kept between processes, keyed by provision's version, the data folder, the
-    validating code (provision/compat/*.py, models.py) and the data files' names and contents (sha256 of all ~350 KB: about a
-    millisecond). Keyed by content, not by size and mtime, so an edit that keeps both (a copied file, a checkout, a
-    coarse clock) still makes a new cache: it is never stale."""
+    validating code (provision/compat/*.py, provision/models/*.py) and the data files' names and contents (sha256 of
+    all ~350 KB: about a millisecond). Keyed by content, not by size and mtime, so an edit that keeps both (a copied
+    file, a checkout, a coarse clock) still makes a new cache: it is never stale."""
     import hashlib
 
     from provision import __version__
@@ -38,7 +38,7 @@ def _cache_file(root: Path, what: str = "db") -> Path:
     # cache from a worktree's checkout came back with that checkout's folder).
     digest.update(f"{root.resolve()}\0".encode())
     here = Path(__file__).resolve().parent
-    for code in (*sorted(here.glob("*.py")), here.parent / "models.py"):
+    for code in (*sorted(here.glob("*.py")), *sorted((here.parent / "models").glob("*.py"))):
         digest.update(hashlib.sha256(code.read_bytes()).digest())
     for path in sorted([*root.glob("*.yaml"), *root.glob("*.json.gz")]):
         digest.update(f"{path.name}\0".encode())
