@@ -170,7 +170,6 @@ def apply(
     from provision.apply import run_apply
     from provision.pipeline.preflight import preflight
     from provision.pipeline.targets import targets
-    from provision.report import plan_text
 
     check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
     no_check = renamed_flag(old_no_check, "--no-check", "--skip-check") or skip_check
@@ -180,19 +179,7 @@ def apply(
         out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
         return
     pre = preflight(found, require_password=not ask_jupyter_pass)
-    for group in found.groups:
-        if len(found.groups) > 1:
-            out.print(f"== {group.profile}" + (f" --os {group.os}" if group.os else "") + f": {', '.join(group.hosts)}",
-                      markup=False)
-        for line in plan_text(group.plan):
-            out.print(line, markup=False)
-    for line in pre.warnings:
-        err.print(line, markup=False)
-    if check or diff:
-        for group in found.groups:
-            for host in group.hosts:
-                for line in ledger_change_lines(group.plan, host, skip_frameworks=skip_frameworks):
-                    out.print(f"{host}: {line}", markup=False)
+    _show_plans(found, pre.warnings, changes=check or diff, skip_frameworks=skip_frameworks)
     if not yes and not check:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None
@@ -207,17 +194,47 @@ def apply(
     if not check:
         _print_ready(found, outcome, skip_frameworks=skip_frameworks)
     if outcome.fleet.exit_code != EXIT_OK:
-        retry = ["provision", "apply", *([str(profile)] if profile else []), "-i", str(inventory),
-                 *(["--os", os_override] if os_override else []), *(["--skip-frameworks"] if skip_frameworks else []),
-                 *(["--tags", tags] if tags else []), *[w for i in index or [] for w in ("--index", i)],
-                 *(["-K"] if ask_become_pass else []), *(["--ask-jupyter-pass"] if ask_jupyter_pass else []),
-                 *(["--vault-password-file", str(vault_password_file)] if vault_password_file else []),
-                 *(["--skip-check"] if no_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
-                 "--failed"]
+        retry = _retry_command(profile=profile, inventory=inventory, os_override=os_override,
+                               skip_frameworks=skip_frameworks, tags=tags, index=index, ask_become_pass=ask_become_pass,
+                               ask_jupyter_pass=ask_jupyter_pass, vault_password_file=vault_password_file,
+                               no_check=no_check, full=full, yes=yes)
         _print_failed_apply_hints(check=check, retry=retry if inventory else None)
     if outcome.error is not None:
         raise outcome.error
     raise typer.Exit(outcome.exit_code)
+
+
+def _show_plans(found: Any, warnings: Any, *, changes: bool, skip_frameworks: bool) -> None:
+    """Print each group's plan, the preflight's warnings and (changes: --dry-run or --diff) what the apply would
+    change in each host's ledger."""
+    from provision.report import plan_text
+
+    for group in found.groups:
+        if len(found.groups) > 1:
+            out.print(f"== {group.profile}" + (f" --os {group.os}" if group.os else "") + f": {', '.join(group.hosts)}",
+                      markup=False)
+        for line in plan_text(group.plan):
+            out.print(line, markup=False)
+    for line in warnings:
+        err.print(line, markup=False)
+    if changes:
+        for group in found.groups:
+            for host in group.hosts:
+                for line in ledger_change_lines(group.plan, host, skip_frameworks=skip_frameworks):
+                    out.print(f"{host}: {line}", markup=False)
+
+
+def _retry_command(*, profile: Any, inventory: Any, os_override: str | None, skip_frameworks: bool, tags: str | None,
+                   index: list[str] | None, ask_become_pass: bool, ask_jupyter_pass: bool, vault_password_file: Any,
+                   no_check: bool, full: bool, yes: bool) -> list[str]:
+    """The command line that re-applies the same options to the hosts that did not succeed (--failed)."""
+    return ["provision", "apply", *([str(profile)] if profile else []), "-i", str(inventory),
+            *(["--os", os_override] if os_override else []), *(["--skip-frameworks"] if skip_frameworks else []),
+            *(["--tags", tags] if tags else []), *[w for i in index or [] for w in ("--index", i)],
+            *(["-K"] if ask_become_pass else []), *(["--ask-jupyter-pass"] if ask_jupyter_pass else []),
+            *(["--vault-password-file", str(vault_password_file)] if vault_password_file else []),
+            *(["--skip-check"] if no_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
+            "--failed"]
 
 
 def _confirm(where: str) -> None:

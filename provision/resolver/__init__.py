@@ -17,7 +17,8 @@ One module per concern:
   entry        resolve(): GPUs, count and interconnect, target checks, mixed GPU models; picks the lane
   links        the predicates above, one link each (a branch driving a GPU is compat.Branch.drives)
   context      the resolution context and the shape of a lane's answer
-  stack        driver, CUDA and cuDNN: candidates, pin refusals, sub-plans (installed or platform-owned)
+  stack        driver, CUDA and cuDNN: candidates, pin refusals, sub-plans (installed)
+  platform     driver, CUDA and cuDNN a platform owns (Colab, Jetson): pin checks, sub-plans that install nothing
   frameworks   PyTorch and TensorFlow builds: candidates, refusals, FrameworkPlan
   installable  the lane for baremetal and cloud: enumerate stacks, rank them by policy
   colab        the lane for Colab: the runtime's stack, verified

@@ -8,7 +8,7 @@ from provision.errors import IncompatibleError
 from provision.models import FrameworkPlan
 from provision.resolver.context import Ctx, LanePlans
 from provision.resolver.links import has_kernels, pin_matches
-from provision.resolver.stack import check_platform_pins, platform_plans
+from provision.resolver.platform import check_platform_pins, platform_plans
 
 
 def resolve_colab(ctx: Ctx) -> LanePlans:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
-from provision.compat import CompatDB, Containers, EngineRow, JetPack
+from provision.compat import CdiSupport, CompatDB, Containers, EngineRow, JetPack
 from provision.errors import IncompatibleError
 from provision.models import AptRepoPlan, ContainersPlan, ContainerToolkitPlan, Profile, Reason
 from provision.versions import V
@@ -73,49 +73,63 @@ def plan_containers(profile: Profile, db: CompatDB, os_id: str, jp: JetPack | No
             plan = _docker(data, os_id, shown, native, toolkit, source, packages, version, repo, choice)
             choice.reasons.insert(-1, toolkit_reason)  # before the docker-group line, which ends the reasons
         elif engine == "podman":
-            if not native:
-                better = sorted(e.os_id for e in data.engines
-                                if e.engine == "podman" and V(e.version) >= V(cdi_row.min_version))
-                raise IncompatibleError(
-                    f"software.containers podman: podman {version} on {os_id} cannot request devices by CDI name "
-                    f"(podman reads CDI specs from {cdi_row.min_version}), and rootless GPU containers need CDI",
-                    alternatives=["containers: docker", f"an OS release with podman >= {cdi_row.min_version} "
-                                  f"({', '.join(better)})"],
-                    where=where,
-                )
-            plan = ContainersPlan(
-                engine="podman", engine_source="distribution", engine_packages=packages, engine_version=version,
-                cdi=True, gpu_run_args=CDI_ARGS, rootless_user=user,
-                toolkit=toolkit.model_copy(update={"runtime_configure": "none"}),
-            )
-            choice.reasons.append(Reason(
-                component="containers",
-                choice=f"rootless podman {version} for {user}: {' '.join(CDI_ARGS)}",
-                why=f"podman >= {cdi_row.min_version} requests devices by CDI name ({cdi_row.how}); {user} runs its "
-                "own containers without root and without a path to it (its subuid/subgid ranges are set)",
-                source=cdi_row.source,
-            ))
+            plan = _podman(data, os_id, user, native, cdi_row, toolkit, packages, version, where, choice)
         else:  # containerd: a Kubernetes node
-            plan = ContainersPlan(
-                engine="containerd", engine_source="distribution", engine_packages=packages, engine_version=version,
-                cdi=native, gpu_run_args=(),
-                toolkit=toolkit.model_copy(update={"runtime_configure": "containerd", "runtime_mode": "cdi"}),
-            )
-            choice.reasons.append(Reason(
-                component="containers",
-                choice=f"containerd {version}: the nvidia runtime handler in cdi mode"
-                + (", and CDI in the CRI plugin" if native else ""),
-                why=(f"containerd >= {cdi_row.min_version} injects CDI devices itself ({cdi_row.how})" if native else
-                     f"containerd {version} predates CDI ({cdi_row.min_version}): the nvidia runtime handler injects "
-                     "the devices")
-                + "; pods ask for nvidia.com/gpu through NVIDIA's device plugin (the GPU Operator with its driver "
-                "and toolkit off), as its cdi.enabled mode configures a node",
-                source=cdi_row.source,
-            ))
+            plan = _containerd(native, cdi_row, toolkit, packages, version, choice)
         if engine != "docker":
             choice.reasons.append(toolkit_reason)
     choice.plan = plan
     return choice
+
+
+def _podman(data: Containers, os_id: str, user: str, native: bool, cdi_row: CdiSupport, toolkit: ContainerToolkitPlan,
+            packages: tuple[str, ...], version: str | None, where: str, choice: ContainersChoice) -> ContainersPlan:
+    """Rootless podman for the profile's user, its containers given the GPU by CDI name; refused where the OS
+    release's podman predates CDI."""
+    if not native:
+        better = sorted(e.os_id for e in data.engines
+                        if e.engine == "podman" and V(e.version) >= V(cdi_row.min_version))
+        raise IncompatibleError(
+            f"software.containers podman: podman {version} on {os_id} cannot request devices by CDI name "
+            f"(podman reads CDI specs from {cdi_row.min_version}), and rootless GPU containers need CDI",
+            alternatives=["containers: docker", f"an OS release with podman >= {cdi_row.min_version} "
+                          f"({', '.join(better)})"],
+            where=where,
+        )
+    choice.reasons.append(Reason(
+        component="containers",
+        choice=f"rootless podman {version} for {user}: {' '.join(CDI_ARGS)}",
+        why=f"podman >= {cdi_row.min_version} requests devices by CDI name ({cdi_row.how}); {user} runs its "
+        "own containers without root and without a path to it (its subuid/subgid ranges are set)",
+        source=cdi_row.source,
+    ))
+    return ContainersPlan(
+        engine="podman", engine_source="distribution", engine_packages=packages, engine_version=version,
+        cdi=True, gpu_run_args=CDI_ARGS, rootless_user=user,
+        toolkit=toolkit.model_copy(update={"runtime_configure": "none"}),
+    )
+
+
+def _containerd(native: bool, cdi_row: CdiSupport, toolkit: ContainerToolkitPlan, packages: tuple[str, ...],
+                version: str | None, choice: ContainersChoice) -> ContainersPlan:
+    """containerd on a Kubernetes node: the toolkit's nvidia runtime handler in cdi mode, and CDI in the CRI plugin
+    where containerd has it."""
+    choice.reasons.append(Reason(
+        component="containers",
+        choice=f"containerd {version}: the nvidia runtime handler in cdi mode"
+        + (", and CDI in the CRI plugin" if native else ""),
+        why=(f"containerd >= {cdi_row.min_version} injects CDI devices itself ({cdi_row.how})" if native else
+             f"containerd {version} predates CDI ({cdi_row.min_version}): the nvidia runtime handler injects "
+             "the devices")
+        + "; pods ask for nvidia.com/gpu through NVIDIA's device plugin (the GPU Operator with its driver "
+        "and toolkit off), as its cdi.enabled mode configures a node",
+        source=cdi_row.source,
+    ))
+    return ContainersPlan(
+        engine="containerd", engine_source="distribution", engine_packages=packages, engine_version=version,
+        cdi=native, gpu_run_args=(),
+        toolkit=toolkit.model_copy(update={"runtime_configure": "containerd", "runtime_mode": "cdi"}),
+    )
 
 
 def _fact(data: Containers, name: str) -> str:

@@ -5,9 +5,10 @@ the most constrained one and the same pinned stack is checked for the others."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
-from provision.compat import GPU, CompatDB, OSRow
+from provision.compat import GPU, CompatDB, JetPack, OSRow
 from provision.errors import IncompatibleError
 from provision.models import (
     CPUPlan,
@@ -137,15 +138,9 @@ def _count_and_interconnect(profile: Profile, db: CompatDB, gpu: GPU) -> tuple[i
     return inst.gpus, inst.interconnect, reason
 
 
-def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | None) -> Plan:
-    """Several GPU models in one box: plan the stack for the most constrained one (the oldest architecture), pin
-    it, and check that the same pinned stack also resolves for each other model; refuse with the failing link."""
-    if profile.target.kind not in ("baremetal",):
-        raise IncompatibleError(
-            f"mixed GPU models are planned for bare metal only, not target.kind '{profile.target.kind}'",
-            alternatives=["remove hardware.extra_gpus"],
-            where=profile.name,
-        )
+def _mixed_models(profile: Profile, db: CompatDB, pairs) -> list[tuple[GPU, int]]:
+    """The GPU models of a mixed box with their counts, the most constrained (oldest architecture) first, each row
+    narrowed to the kernel-module flavour they all share; refused when no flavour serves them all."""
     models: dict[str, tuple] = {}
     for spec, g in pairs:
         have = models.get(g.model)
@@ -164,16 +159,13 @@ def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | No
             alternatives=["one GPU generation per machine (Turing to Hopper run on either flavour)"],
             where=profile.name,
         )
-    ordered = [(g if common == set(db.kernel_modules(g)) else g.model_copy(update={"kernel_modules": tuple(sorted(common))}),
-                c) for g, c in ordered]
-    (first, first_count), rest = ordered[0], ordered[1:]
+    return [(g if common == set(db.kernel_modules(g)) else g.model_copy(update={"kernel_modules": tuple(sorted(common))}),
+             c) for g, c in ordered]
 
-    def variant(gpu: GPU, count: int, sw) -> Profile:
-        hw = profile.hardware.model_copy(update={"gpu": profile.hardware.gpu.model_copy(update={"model": gpu.model, "count": count}), "extra_gpus": []})
-        return profile.model_copy(update={"hardware": hw, "software": sw})
 
-    base = _resolve_one(variant(first, first_count, profile.software), db, first, first_count, "pcie", None, profile_path)
-    sw = profile.software.model_copy(
+def _pinned_software(profile: Profile, base: Plan):
+    """The profile's software section with everything `base` chose pinned: driver branch, CUDA, cuDNN, frameworks."""
+    return profile.software.model_copy(
         update={
             "driver_branch": base.driver.branch,
             "cuda": base.cuda.version,
@@ -184,6 +176,26 @@ def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | No
             ],
         }
     )
+
+
+def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | None) -> Plan:
+    """Several GPU models in one box: plan the stack for the most constrained one (the oldest architecture), pin
+    it, and check that the same pinned stack also resolves for each other model; refuse with the failing link."""
+    if profile.target.kind not in ("baremetal",):
+        raise IncompatibleError(
+            f"mixed GPU models are planned for bare metal only, not target.kind '{profile.target.kind}'",
+            alternatives=["remove hardware.extra_gpus"],
+            where=profile.name,
+        )
+    ordered = _mixed_models(profile, db, pairs)
+    (first, first_count), rest = ordered[0], ordered[1:]
+
+    def variant(gpu: GPU, count: int, sw) -> Profile:
+        hw = profile.hardware.model_copy(update={"gpu": profile.hardware.gpu.model_copy(update={"model": gpu.model, "count": count}), "extra_gpus": []})
+        return profile.model_copy(update={"hardware": hw, "software": sw})
+
+    base = _resolve_one(variant(first, first_count, profile.software), db, first, first_count, "pcie", None, profile_path)
+    sw = _pinned_software(profile, base)
     others = []
     summary = f"R{base.driver.branch}, CUDA {base.cuda.version}" + "".join(
         f", {f.package} {f.version}" + (f"+{f.variant}" if f.variant else "") for f in base.frameworks
@@ -226,6 +238,25 @@ def _resolve_mixed(profile: Profile, db: CompatDB, pairs, profile_path: str | No
     return base.model_copy(update={"other_gpus": tuple(others), "reasons": reasons, "warnings": warnings})
 
 
+@dataclass(frozen=True)
+class _Machine:
+    """What one plan is resolved for, before its Python is chosen: the profile and database, the GPU model the stack
+    is chosen for with its count and interconnect (and the instance type's reason for them), and what the target
+    settled first: the JetPack release, the OS and its row, the containers."""
+
+    profile: Profile
+    db: CompatDB
+    gpu: GPU
+    count: int
+    interconnect: Interconnect
+    inst_reason: Reason | None
+    profile_path: str | None
+    jp: JetPack | None
+    os_id: str
+    system: OSRow | None
+    containers: ContainersChoice | None = None
+
+
 def _resolve_one(
     profile: Profile,
     db: CompatDB,
@@ -235,6 +266,8 @@ def _resolve_one(
     inst_reason: Reason | None,
     profile_path: str | None,
 ) -> Plan:
+    """One GPU model on one target: settle the JetPack release, the OS row and the containers, then the Python (the
+    platform's on Colab and Jetson, a host's own or a managed one elsewhere) and the plan on it."""
     target = profile.target
     jp = db.jetpack_release(target.jetpack) if target.jetpack else None
     os_id = f"{target.os.distribution}-{target.os.release}"
@@ -247,6 +280,8 @@ def _resolve_one(
         raise IncompatibleError(f"no data for {os_id}", alternatives=[s.os_id for s in db.systems], where=profile.name)
     # Before the stack: a request for containers the target cannot have is refused on its own line.
     containers = plan_containers(profile, db, os_id, jp)
+    machine = _Machine(profile=profile, db=db, gpu=gpu, count=count, interconnect=interconnect, inst_reason=inst_reason,
+                       profile_path=profile_path, jp=jp, os_id=os_id, system=system, containers=containers)
     if target.kind == "jetson":
         assert jp is not None  # refused above when unknown
         python = jp.python
@@ -254,10 +289,8 @@ def _resolve_one(
         python = db.colab[-1].python
     else:
         assert system is not None  # refused above for every kind but colab and jetson
-        return _resolve_installable_python(profile, db, gpu, count, interconnect, inst_reason, profile_path, jp,
-                                           os_id, system, containers)
-    return _resolve_with(profile, db, gpu, count, interconnect, inst_reason, profile_path, jp, os_id, system, python,
-                         containers=containers)
+        return _resolve_installable_python(machine, system)
+    return _resolve_with(machine, python)
 
 
 def _managed(db: CompatDB, profile: Profile, minor: str, why: str) -> ManagedChoice:
@@ -267,12 +300,10 @@ def _managed(db: CompatDB, profile: Profile, minor: str, why: str) -> ManagedCho
     return ManagedChoice(build=build, why=why, mirror=mirror)
 
 
-def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count: int, interconnect: Interconnect,
-                                inst_reason: Reason | None, profile_path: str | None, jp, os_id: str,
-                                system: OSRow, containers: ContainersChoice | None = None) -> Plan:
+def _resolve_installable_python(machine: _Machine, system: OSRow) -> Plan:
     """A host or instance: the distribution's python3 where it fits every pin (the framework's Python range,
     Jupyter's, software.python), else the newest python-build-standalone CPython that does (a managed one)."""
-    args = (profile, db, gpu, count, interconnect, inst_reason, profile_path, jp, os_id, system)
+    profile, db, os_id = machine.profile, machine.db, machine.os_id
     pin = profile.software.python
     arch = profile.target.arch
     minors = sorted({b.minor for b in db.python_builds if b.arch == arch}, key=V, reverse=True)
@@ -293,9 +324,9 @@ def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count:
                 where=profile.name,
             )
         choice = _managed(db, profile, fitting[0], f"software.python pins {pin}; {os_id} has {system.python}")
-        return _resolve_with(*args, fitting[0], choice, containers=containers)
+        return _resolve_with(machine, fitting[0], choice)
     try:
-        return _resolve_with(*args, system.python, containers=containers)
+        return _resolve_with(machine, system.python)
     except IncompatibleError as exc:
         if pin:  # the pin is the distribution's Python: it holds, and so does the refusal
             raise
@@ -304,25 +335,17 @@ def _resolve_installable_python(profile: Profile, db: CompatDB, gpu: GPU, count:
                 continue
             choice = _managed(db, profile, minor, f"{exc.message}; {os_id} has {system.python}")
             try:
-                plan = _resolve_with(*args, minor, choice, containers=containers)
+                plan = _resolve_with(machine, minor, choice)
             except IncompatibleError:
                 continue
             return plan
         raise
 
 
-def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, interconnect: Interconnect,
-                  inst_reason: Reason | None, profile_path: str | None, jp, os_id: str, system: OSRow | None,
-                  python: str, managed: ManagedChoice | None = None,
-                  containers: ContainersChoice | None = None) -> Plan:
-    """One plan on one Python: the distribution's or platform's (managed None), or a managed one."""
-    target = profile.target
-    indexes, index_plans = plan_indexes(profile, db)
-    ctx = Ctx(
-        profile=profile, db=db, gpu=gpu, os_id=os_id, system=system, python=python, count=count, interconnect=interconnect,
-        indexes=indexes, managed=managed,
-    )
-
+def _gpu_reason(ctx: Ctx) -> None:
+    """The plan's first reason, what the GPU is and where that comes from, with the warnings its row's kind needs
+    (a GPU the profile describes; one from NVIDIA's driver list whose memory is unknown)."""
+    gpu, db = ctx.gpu, ctx.db
     peaks = ", ".join(
         f"{value:g} {unit}" if value is not None else f"{unit} unknown"
         for value, unit in ((gpu.bandwidth_gbps, "GB/s"), (gpu.fp32_tflops, "TFLOPS FP32 peak"))
@@ -362,8 +385,57 @@ def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, intercon
             f"{gpu.memory_gb:g} GB, {peaks}",
             gpu.source,
         )
-    if inst_reason is not None:
-        ctx.reasons.append(inst_reason)
+
+
+def _target_plan(machine: _Machine) -> TargetPlan:
+    """The plan's target: the profile's, with the OS codename and the JetPack release settled."""
+    target, jp, system = machine.profile.target, machine.jp, machine.system
+    jp_system = machine.db.system(jp.os_id) if jp else None
+    codename = system.codename if system else (jp_system.codename if jp_system else "")
+    return TargetPlan(
+        kind=target.kind,
+        distribution=target.os.distribution,
+        release=target.os.release,
+        codename=codename,
+        os_id=machine.os_id,
+        arch=target.arch,
+        instance_type=target.instance_type,
+        jetpack=jp.jetpack if jp else None,
+        l4t=jp.l4t if jp else None,
+    )
+
+
+def _gpu_plan(gpu: GPU, count: int, interconnect: Interconnect) -> GPUPlan:
+    """The plan's GPU: the row's facts, how many and how they are linked."""
+    return GPUPlan(
+        model=gpu.model,
+        arch=gpu.arch,
+        chip=gpu.chip,
+        compute_capability=gpu.cc,
+        sm=gpu.sm,
+        count=count,
+        memory_gb=gpu.memory_gb,
+        bandwidth_gbps=gpu.bandwidth_gbps,
+        fp32_tflops=gpu.fp32_tflops,
+        fp16_tflops=gpu.fp16_tflops,
+        fp64_tflops=gpu.fp64_tflops,
+        tegra=gpu.tegra,
+        interconnect=interconnect,
+    )
+
+
+def _resolve_with(machine: _Machine, python: str, managed: ManagedChoice | None = None) -> Plan:
+    """One plan on one Python: the distribution's or platform's (managed None), or a managed one."""
+    profile, db, gpu, jp, containers = machine.profile, machine.db, machine.gpu, machine.jp, machine.containers
+    target = profile.target
+    indexes, index_plans = plan_indexes(profile, db)
+    ctx = Ctx(
+        profile=profile, db=db, gpu=gpu, os_id=machine.os_id, system=machine.system, python=python,
+        count=machine.count, interconnect=machine.interconnect, indexes=indexes, managed=managed,
+    )
+    _gpu_reason(ctx)
+    if machine.inst_reason is not None:
+        ctx.reasons.append(machine.inst_reason)
     index_reason(ctx, index_plans)
     if gpu.confidence == "unverified":
         ctx.warnings.append(
@@ -386,41 +458,15 @@ def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, intercon
     jupyter = jupyter_plan(ctx)
     verify = verify_plan(ctx, cuda, numpy_req)
     image = image_plan(ctx, cuda, cudnn, jp)
-    jp_system = db.system(jp.os_id) if jp else None
-    codename = system.codename if system else (jp_system.codename if jp_system else "")
-    target_plan = TargetPlan(
-        kind=target.kind,
-        distribution=target.os.distribution,
-        release=target.os.release,
-        codename=codename,
-        os_id=os_id,
-        arch=target.arch,
-        instance_type=target.instance_type,
-        jetpack=jp.jetpack if jp else None,
-        l4t=jp.l4t if jp else None,
-    )
+    target_plan = _target_plan(machine)
     if containers is not None:  # its reasons and warnings last: a plan without containers reads as before
         ctx.reasons += containers.reasons
         ctx.warnings += containers.warnings
     return Plan(
         profile=profile.name,
-        profile_path=profile_path,
+        profile_path=machine.profile_path,
         target=target_plan,
-        gpu=GPUPlan(
-            model=gpu.model,
-            arch=gpu.arch,
-            chip=gpu.chip,
-            compute_capability=gpu.cc,
-            sm=gpu.sm,
-            count=count,
-            memory_gb=gpu.memory_gb,
-            bandwidth_gbps=gpu.bandwidth_gbps,
-            fp32_tflops=gpu.fp32_tflops,
-            fp16_tflops=gpu.fp16_tflops,
-            fp64_tflops=gpu.fp64_tflops,
-            tegra=gpu.tegra,
-            interconnect=interconnect,
-        ),
+        gpu=_gpu_plan(gpu, machine.count, machine.interconnect),
         cpu=CPUPlan(model=profile.hardware.cpu.model, flags=tuple(profile.hardware.cpu.flags)),
         driver=driver,
         cuda=cuda,
@@ -436,5 +482,3 @@ def _resolve_with(profile: Profile, db: CompatDB, gpu: GPU, count: int, intercon
         indexes=index_plans,
         containers=containers.plan if containers is not None else None,
     )
-
-

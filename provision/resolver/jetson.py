@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from provision.compat import GPU, JetPack
 from provision.errors import IncompatibleError
-from provision.models import FrameworkPlan, Profile
+from provision.models import FrameworkPlan, FrameworkRequest, Profile
 from provision.resolver.context import Ctx, LanePlans
 from provision.resolver.links import pin_matches, toolkit_builds
-from provision.resolver.stack import check_platform_pins, platform_plans
+from provision.resolver.platform import check_platform_pins, platform_plans
 from provision.versions import V
 
 
@@ -29,6 +29,8 @@ def jetpack_target(profile: Profile, jp: JetPack | None, gpu: GPU, os_id: str) -
 
 
 def resolve_jetson(ctx: Ctx, jp: JetPack) -> LanePlans:
+    """The Jetson lane's driver, CUDA, cuDNN and frameworks: the flashed release's, verified and never installed;
+    pins must match the release."""
     db, gpu, sw = ctx.db, ctx.gpu, ctx.profile.software
     if gpu.model not in jp.modules:
         raise IncompatibleError(
@@ -67,64 +69,67 @@ def resolve_jetson(ctx: Ctx, jp: JetPack) -> LanePlans:
         cuda=jp.cuda,
         cudnn=jp.cudnn,
     )
-    fws = []
-    for req in sw.frameworks:
-        rows = [r for r in db.jetson_torch if r.jetpack == jp.jetpack and pin_matches(req.version, r.version)]
-        if req.name != "pytorch" or not rows:
-            # Only releases this module runs: a JetPack for another module is no way out.
-            mine = {j.jetpack for j in db.jetpack if gpu.model in j.modules}
-            with_torch = sorted({r.jetpack for r in db.jetson_torch if r.jetpack in mine}, key=V)
-            raise IncompatibleError(
-                f"no {req.name} build for JetPack {jp.jetpack} in the database",
-                alternatives=[
-                    "remove it from software.frameworks",
-                    f"JetPack releases for {gpu.model} with PyTorch builds: " + (", ".join(with_torch) or "none"),
-                ],
-                where=ctx.where,
-            )
-        r = rows[-1]
-        if not pin_matches(r.python, jp.python):
-            raise IncompatibleError(
-                f"NVIDIA's PyTorch wheel for JetPack {jp.jetpack} is built for Python {r.python}, the release has {jp.python}",
-                where=ctx.where,
-            )
-        if r.sha256 is None:
-            # NVIDIA's directory is not an index and the file is not hashed in the database: a direct reference
-            # without a hash would install whatever the URL serves that day.
-            raise IncompatibleError(
-                f"NVIDIA's PyTorch wheel for JetPack {jp.jetpack} (torch {r.version}) is a file, not an index entry, and "
-                f"the database has no sha256 for it: provision plans it only as a hashed direct reference ({r.url})",
-                alternatives=[
-                    *[f"torch {h.version} for JetPack {jp.jetpack}, hashed (drop or change the version pin)"
-                      for h in [x for x in db.jetson_torch if x.jetpack == jp.jetpack and x.sha256][-1:]],
-                    "hash it where developer.download.nvidia.com is reachable: scripts/refresh_db.py --hash-jetson, "
-                    "then re-plan",
-                    "remove pytorch from software.frameworks (CUDA, cuDNN and TensorRT still come with JetPack)",
-                ],
-                where=ctx.where,
-            )
-        requirement = f"torch @ {r.url}#sha256={r.sha256}"
-        ctx.reason(
-            "framework:pytorch",
-            f"torch {r.version} as a direct reference",
-            f"the PyTorch build for JetPack {jp.jetpack} (CUDA {r.cuda}, {gpu.sm}, Python {r.python}); desktop wheels "
-            f"do not run on Jetson, so pip gets this file and checks its sha256, "
-            f"{'from ' + r.sha256_from if r.sha256_from else 'hashed where the file was downloaded'}",
-            r.source,
+    fws = tuple(_jetson_framework(ctx, jp, req) for req in sw.frameworks)
+    return LanePlans(driver, cuda, cudnn, fws)
+
+
+def _jetson_framework(ctx: Ctx, jp: JetPack, req: FrameworkRequest) -> FrameworkPlan:
+    """One requested framework on Jetson: only PyTorch, as NVIDIA's wheel for the release, a hashed direct
+    reference; refused for anything else, a wheel for another Python, or a wheel without a hash."""
+    db, gpu = ctx.db, ctx.gpu
+    rows = [r for r in db.jetson_torch if r.jetpack == jp.jetpack and pin_matches(req.version, r.version)]
+    if req.name != "pytorch" or not rows:
+        # Only releases this module runs: a JetPack for another module is no way out.
+        mine = {j.jetpack for j in db.jetpack if gpu.model in j.modules}
+        with_torch = sorted({r.jetpack for r in db.jetson_torch if r.jetpack in mine}, key=V)
+        raise IncompatibleError(
+            f"no {req.name} build for JetPack {jp.jetpack} in the database",
+            alternatives=[
+                "remove it from software.frameworks",
+                f"JetPack releases for {gpu.model} with PyTorch builds: " + (", ".join(with_torch) or "none"),
+            ],
+            where=ctx.where,
         )
-        if r.confidence == "unverified":
-            ctx.warnings.append(f"the PyTorch wheel for JetPack {jp.jetpack} is unverified here: {r.url}")
-        fws.append(
-            FrameworkPlan(
-                name="pytorch",
-                package="torch",
-                version=r.version,
-                variant="jetpack",
-                index_url=None,
-                requirements=(requirement,),
-                cuda=r.cuda,
-                cudnn=r.cudnn,
-                arch_list=r.arch,
-            )
+    r = rows[-1]
+    if not pin_matches(r.python, jp.python):
+        raise IncompatibleError(
+            f"NVIDIA's PyTorch wheel for JetPack {jp.jetpack} is built for Python {r.python}, the release has {jp.python}",
+            where=ctx.where,
         )
-    return LanePlans(driver, cuda, cudnn, tuple(fws))
+    if r.sha256 is None:
+        # NVIDIA's directory is not an index and the file is not hashed in the database: a direct reference
+        # without a hash would install whatever the URL serves that day.
+        raise IncompatibleError(
+            f"NVIDIA's PyTorch wheel for JetPack {jp.jetpack} (torch {r.version}) is a file, not an index entry, and "
+            f"the database has no sha256 for it: provision plans it only as a hashed direct reference ({r.url})",
+            alternatives=[
+                *[f"torch {h.version} for JetPack {jp.jetpack}, hashed (drop or change the version pin)"
+                  for h in [x for x in db.jetson_torch if x.jetpack == jp.jetpack and x.sha256][-1:]],
+                "hash it where developer.download.nvidia.com is reachable: scripts/refresh_db.py --hash-jetson, "
+                "then re-plan",
+                "remove pytorch from software.frameworks (CUDA, cuDNN and TensorRT still come with JetPack)",
+            ],
+            where=ctx.where,
+        )
+    requirement = f"torch @ {r.url}#sha256={r.sha256}"
+    ctx.reason(
+        "framework:pytorch",
+        f"torch {r.version} as a direct reference",
+        f"the PyTorch build for JetPack {jp.jetpack} (CUDA {r.cuda}, {gpu.sm}, Python {r.python}); desktop wheels "
+        f"do not run on Jetson, so pip gets this file and checks its sha256, "
+        f"{'from ' + r.sha256_from if r.sha256_from else 'hashed where the file was downloaded'}",
+        r.source,
+    )
+    if r.confidence == "unverified":
+        ctx.warnings.append(f"the PyTorch wheel for JetPack {jp.jetpack} is unverified here: {r.url}")
+    return FrameworkPlan(
+        name="pytorch",
+        package="torch",
+        version=r.version,
+        variant="jetpack",
+        index_url=None,
+        requirements=(requirement,),
+        cuda=r.cuda,
+        cudnn=r.cudnn,
+        arch_list=r.arch,
+    )

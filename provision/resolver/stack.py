@@ -1,7 +1,7 @@
 """The driver, CUDA and cuDNN choice, in one place for every lane: which driver branches the OS offers for the GPU,
 which CUDA versions a source offers, which cuDNN fits, the refusals of pins that cannot meet, and the sub-plans
-(DriverPlan, CudaPlan, CudnnPlan) with their reasons, for installed stacks and for platform-owned ones (Colab,
-Jetson) alike."""
+(DriverPlan, CudaPlan, CudnnPlan) with their reasons for installed stacks; the platform-owned ones (Colab, Jetson)
+are resolver.platform's."""
 
 from __future__ import annotations
 
@@ -442,64 +442,3 @@ def align_pins(reqs: tuple[str, ...], pins: tuple[str, ...]) -> tuple[str, ...]:
     """Each requirement replaced by the pin of the same distribution from `pins`, where there is one."""
     by_name = {p.split("==")[0]: p for p in pins}
     return tuple(by_name.get(r.split("==")[0], r) for r in reqs)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Platforms (Colab, Jetson): the platform's stack, verified and never installed
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def check_platform_pins(ctx: Ctx, owner: str, shipped: tuple[tuple[str | None, str, str], ...], way_out: str) -> None:
-    """Refuse the first pin (pin, what the platform ships, what it is) the platform's release does not carry.
-    owner: who ships it ("JetPack 6.2"); way_out: the alternative, '{what}' filled in."""
-    for pin, have, what in shipped:
-        if pin and not pin_matches(pin, have):
-            raise IncompatibleError(
-                f"{owner} comes with {what} {have}; the profile pins {pin}",
-                alternatives=[way_out.format(what=what)],
-                where=ctx.where,
-            )
-
-
-def platform_plans(
-    ctx: Ctx,
-    *,
-    driver: tuple[str, str],
-    cuda_reason: tuple[str, str],
-    source: str,
-    branch: str | None,
-    driver_version: str,
-    max_cuda: str | None,
-    min_driver: str | None,
-    cuda: str,
-    cudnn: str,
-) -> tuple[DriverPlan, CudaPlan, CudnnPlan]:
-    """The driver, CUDA and cuDNN a platform owns, as plans that install nothing and tell the verifier what to
-    expect; `driver` and `cuda_reason` are the (choice, why) of their reasons, `source` the release's URL."""
-    ctx.reason("driver", driver[0], driver[1], source)
-    ctx.reason("cuda", cuda_reason[0], cuda_reason[1], source)
-    policy = ctx.db.policy
-    assert policy is not None  # load_db always reads data/policy.yaml
-    return (
-        DriverPlan(
-            install=False,
-            branch=branch,
-            source="platform",
-            packages=(),
-            userspace_packages=(),
-            version=driver_version,
-            max_cuda=max_cuda,
-            min_version=min_driver,
-            kernel_module="platform",
-        ),
-        CudaPlan(
-            version=cuda,
-            full_version=None,
-            source="platform",
-            kind="toolkit",
-            install=False,
-            packages=(),
-            home=policy.cuda_home["platform"],
-        ),
-        CudnnPlan(version=cudnn, full_version=None, source="platform", install=False, packages=()),
-    )

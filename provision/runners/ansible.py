@@ -118,6 +118,79 @@ class _Cancel:
         return now - self.termed >= TERM_SECONDS
 
 
+def _cmdline(check: bool, diff: bool, vault_password_file: str | Path | None) -> str:
+    """ansible-playbook's extra arguments for a run: --check, --diff and the vault password file."""
+    args = ["--check"] if check else []
+    args += ["--diff"] if diff else []
+    if vault_password_file:
+        args += ["--vault-password-file", shlex.quote(str(Path(vault_password_file).resolve()))]
+    return " ".join(args)
+
+
+def _write_private_env(env_dir: Path, become_password: str | None, jupyter_password: str | None) -> None:
+    """Fill the run's private env/ directory: ansible-runner's settings and the secrets' extravars file."""
+    env_dir.mkdir(mode=0o700)
+    # ansible-runner reads its cancel_callback once per pexpect_timeout (5 s by default): 1 s answers Ctrl-C sooner.
+    (env_dir / "settings").write_text(json.dumps({"pexpect_timeout": 1}))
+    secrets = ({"ansible_become_password": become_password} if become_password else {}) | (
+        {"jupyter_password": jupyter_password} if jupyter_password else {})
+    if secrets:
+        # A file in the run's private directory (0600, removed with it) that ansible-runner hands over as
+        # `-e @env/extravars`: the passwords are never on a command line, in the environment or in an event.
+        # (ansible-runner's own `extravars=` argument would put them on ansible-playbook's command line.)
+        fd = os.open(env_dir / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(secrets, fh)
+
+
+def _control_dir(private: str) -> Path:
+    """The directory for the run's SSH multiplexing sockets (made here, 0700)."""
+    # SSH multiplexing masters (ControlPersist, Ansible's ssh connection) in this run's directory, not the
+    # account's shared ~/.ansible/cp: no other run reuses them, and they are found and stopped when it ends.
+    # A socket's path has room for about 104 bytes (macOS; 108 on Linux) and Ansible adds a 40-character hash:
+    # a long TMPDIR gets a short directory in /tmp instead (0700, removed with the run).
+    control_dir = Path(private) / "cp"
+    if len(str(control_dir)) > 60 and os.path.isdir("/tmp"):
+        control_dir = Path(tempfile.mkdtemp(prefix="provision-cp-", dir="/tmp"))
+    else:
+        control_dir.mkdir(mode=0o700)
+    return control_dir
+
+
+def _run_env(host_key_checking: bool, control_dir: Path, token: str) -> dict[str, str]:
+    """The environment variables ansible-playbook runs with."""
+    return {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            # One connection round trip per task instead of four (needs no `requiretty` in sudoers,
+            # which no supported OS sets). Measured with bench/fleet.py (docs/fleet.md).
+            "ANSIBLE_PIPELINING": "1",
+            # ansible-runner turns host key checking off unless told otherwise; a host whose SSH key
+            # is unknown or changed must be refused unless the user's Ansible says otherwise.
+            "ANSIBLE_HOST_KEY_CHECKING": str(host_key_checking),
+            # Ansible's (and Mitogen's) 10 s connect timeout fails hosts whose sshd is merely slow: a
+            # busy controller starting many connections, a fleet on a slow link. Seen at load 12 on 2
+            # cores: "the host did not answer on its SSH port" for a healthy host.
+            "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "30"),
+            # ansible-playbook from this interpreter's environment, activated or not.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            # The roles (site.yml names them provision.gpu.<role>) and provision's own modules, as
+            # the collection provision.gpu shipped with this installation, found before any other copy.
+            "ANSIBLE_COLLECTIONS_PATH": collections_path(),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
+            procs.TAG_VAR: procs.tagged_env(token)[procs.TAG_VAR],
+            **strategy_env()}
+
+
+def _catch_signals(asked: list[int]) -> dict[signal.Signals, Any]:
+    """Note Ctrl-C and SIGTERM in `asked` instead of raising (main thread only); return the handlers replaced."""
+    # Ctrl-C and SIGTERM stop the run politely, then firmly (_Cancel), and raise once it has ended: ansible-playbook
+    # runs in a terminal session of its own (pexpect), which a terminal's SIGINT does not reach.
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, _frame: asked.append(signum))
+    return previous
+
+
 def run_playbook(
     project_dir: str | Path,
     inventory: str | Path,
@@ -140,11 +213,7 @@ def run_playbook(
         import ansible_runner
     except ImportError:
         raise RunnerError("ansible-runner is not installed (pip install ansible-runner)") from None
-    args = ["--check"] if check else []
-    args += ["--diff"] if diff else []
-    if vault_password_file:
-        args += ["--vault-password-file", shlex.quote(str(Path(vault_password_file).resolve()))]
-    cmdline = " ".join(args)
+    cmdline = _cmdline(check, diff, vault_password_file)
     final: dict[str, Any] = {}
 
     def handler(event: dict[str, Any]) -> bool:
@@ -154,40 +223,15 @@ def run_playbook(
             on_event(event)
         return False  # do not keep the event files: they hold every task's full result
 
-    # Ctrl-C and SIGTERM stop the run politely, then firmly (_Cancel), and raise here once it has ended: ansible-playbook
-    # runs in a terminal session of its own (pexpect), which a terminal's SIGINT does not reach.
     asked: list[int] = []
-    previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda signum, _frame: asked.append(signum))
+    previous = _catch_signals(asked)
     token = procs.new_token()  # every process of this run carries it (procs.TAG_VAR), in whatever session it ends up
     cancel = _Cancel(token, lambda: asked[0] if asked else procs.cancel_requested())
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="provision-runner-") as private:
-        env_dir = Path(private) / "env"
-        env_dir.mkdir(mode=0o700)
-        # ansible-runner reads its cancel_callback once per pexpect_timeout (5 s by default): 1 s answers Ctrl-C sooner.
-        (env_dir / "settings").write_text(json.dumps({"pexpect_timeout": 1}))
-        secrets = ({"ansible_become_password": become_password} if become_password else {}) | (
-            {"jupyter_password": jupyter_password} if jupyter_password else {})
-        if secrets:
-            # A file in the run's private directory (0600, removed with it) that ansible-runner hands over as
-            # `-e @env/extravars`: the passwords are never on a command line, in the environment or in an event.
-            # (ansible-runner's own `extravars=` argument would put them on ansible-playbook's command line.)
-            fd = os.open(env_dir / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                json.dump(secrets, fh)
-        # SSH multiplexing masters (ControlPersist, Ansible's ssh connection) in this run's directory, not the
-        # account's shared ~/.ansible/cp: no other run reuses them, and they are found and stopped when it ends.
-        # A socket's path has room for about 104 bytes (macOS; 108 on Linux) and Ansible adds a 40-character hash:
-        # a long TMPDIR gets a short directory in /tmp instead (0700, removed with the run).
-        control_dir = Path(private) / "cp"
-        if len(str(control_dir)) > 60 and os.path.isdir("/tmp"):
-            control_dir = Path(tempfile.mkdtemp(prefix="provision-cp-", dir="/tmp"))
-        else:
-            control_dir.mkdir(mode=0o700)
+        _write_private_env(Path(private) / "env", become_password, jupyter_password)
+        control_dir = _control_dir(private)
         try:
             runner = ansible_runner.run(
                 private_data_dir=private,
@@ -198,25 +242,7 @@ def run_playbook(
                 tags=tags,
                 cmdline=cmdline or None,
                 forks=forks,
-                envvars={"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-                         # One connection round trip per task instead of four (needs no `requiretty` in sudoers,
-                         # which no supported OS sets). Measured with bench/fleet.py (docs/fleet.md).
-                         "ANSIBLE_PIPELINING": "1",
-                         # ansible-runner turns host key checking off unless told otherwise; a host whose SSH key
-                         # is unknown or changed must be refused unless the user's Ansible says otherwise.
-                         "ANSIBLE_HOST_KEY_CHECKING": str(host_key_checking),
-                         # Ansible's (and Mitogen's) 10 s connect timeout fails hosts whose sshd is merely slow: a
-                         # busy controller starting many connections, a fleet on a slow link. Seen at load 12 on 2
-                         # cores: "the host did not answer on its SSH port" for a healthy host.
-                         "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "30"),
-                         # ansible-playbook from this interpreter's environment, activated or not.
-                         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-                         # The roles (site.yml names them provision.gpu.<role>) and provision's own modules, as
-                         # the collection provision.gpu shipped with this installation, found before any other copy.
-                         "ANSIBLE_COLLECTIONS_PATH": collections_path(),
-                         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
-                         procs.TAG_VAR: procs.tagged_env(token)[procs.TAG_VAR],
-                         **strategy_env()},
+                envvars=_run_env(host_key_checking, control_dir, token),
                 event_handler=handler,
                 cancel_callback=cancel,
                 quiet=True,

@@ -393,12 +393,8 @@ def sgemm_size(dev: DeviceInfo, fp32_tflops: float | None) -> int:
     return 4096
 
 
-def run_sgemm(
-    drv: Driver, fn: ctypes.c_void_p, dev: DeviceInfo, peaks: dict[str, Any], expect: Expect, warmup: int, repeats: int
-) -> tuple[list[Check], dict[str, Any]]:
-    checks: list[Check] = []
-    rng = np.random.default_rng(3)
-    # 1. correctness on a non-square problem (every element compared)
+def _sgemm_correct(drv: Driver, fn: ctypes.c_void_p, rng: np.random.Generator) -> Check:
+    """Correctness on a non-square problem, every element compared with NumPy in float64."""
     m, n, k = 256, 384, 264
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
@@ -413,18 +409,45 @@ def run_sgemm(
     err = float(np.max(np.abs(c.astype(np.float64) - a.astype(np.float64) @ b.astype(np.float64))))
     tol = sgemm_tolerance(a, b, k)
     if not np.isfinite(err) or err > tol:
-        checks.append(Check("sgemm-correct", FAIL, f"{m}x{n}x{k}: max error {err:.3g} > tolerance {tol:.3g}"))
-        return checks, {}
-    checks.append(
-        Check(
-            "sgemm-correct",
-            PASS,
-            f"{m}x{n}x{k}: max error {err:.3g} <= {tol:.3g} vs NumPy float64",
-            {"max_error": err, "tolerance": tol},
-        )
+        return Check("sgemm-correct", FAIL, f"{m}x{n}x{k}: max error {err:.3g} > tolerance {tol:.3g}")
+    return Check(
+        "sgemm-correct",
+        PASS,
+        f"{m}x{n}x{k}: max error {err:.3g} <= {tol:.3g} vs NumPy float64",
+        {"max_error": err, "tolerance": tol},
     )
 
-    # 2. performance on a square problem, spot-checked on sampled rows
+
+def _sgemm_vs_cublas(cublas_ms: float | str | None, gflops: float, size: int, figs: dict[str, Any]) -> Check:
+    """The kernel's GFLOPS against cuBLAS's on the same problem (skipped without a usable cuBLAS); adds the
+    figures to figs."""
+    if cublas_ms is None:
+        return Check("sgemm-vs-cublas", SKIP, "libcublas not found or not usable: no cuBLAS comparison")
+    if isinstance(cublas_ms, str):
+        return Check("sgemm-vs-cublas", SKIP, cublas_ms)
+    cublas_gflops = 2 * size**3 / (cublas_ms / 1e3) / 1e9
+    ratio = gflops / cublas_gflops
+    figs.update(cublas_gflops=round(cublas_gflops, 1), sgemm_vs_cublas=round(ratio, 3))
+    return Check(
+        "sgemm-vs-cublas",
+        PASS if ratio >= MIN_SGEMM_VS_CUBLAS else FAIL,
+        f"cuBLAS {cublas_gflops:.1f} GFLOPS; this kernel {ratio:.2f}x of it (floor {MIN_SGEMM_VS_CUBLAS:g}x)",
+        {"cublas_gflops": round(cublas_gflops, 1), "ratio": round(ratio, 3)},
+    )
+
+
+def run_sgemm(
+    drv: Driver, fn: ctypes.c_void_p, dev: DeviceInfo, peaks: dict[str, Any], expect: Expect, warmup: int, repeats: int
+) -> tuple[list[Check], dict[str, Any]]:
+    """The SGEMM kernel: correct on a non-square problem, then timed on a square one (spot-checked on sampled rows)
+    against the GPU's FP32 peak and against cuBLAS."""
+    rng = np.random.default_rng(3)
+    correct = _sgemm_correct(drv, fn, rng)
+    checks: list[Check] = [correct]
+    if correct.status == FAIL:
+        return checks, {}
+
+    # performance on a square problem, spot-checked on sampled rows
     size = sgemm_size(dev, peaks["fp32_tflops"])
     a = rng.uniform(-1, 1, (size, size)).astype(np.float32)
     b = rng.uniform(-1, 1, (size, size)).astype(np.float32)
@@ -458,20 +481,5 @@ def run_sgemm(
             "sgemm_gflops",
         )
     )
-    if cublas_ms is None:
-        checks.append(Check("sgemm-vs-cublas", SKIP, "libcublas not found or not usable: no cuBLAS comparison"))
-    elif isinstance(cublas_ms, str):
-        checks.append(Check("sgemm-vs-cublas", SKIP, cublas_ms))
-    else:
-        cublas_gflops = 2 * size**3 / (cublas_ms / 1e3) / 1e9
-        ratio = gflops / cublas_gflops
-        figs.update(cublas_gflops=round(cublas_gflops, 1), sgemm_vs_cublas=round(ratio, 3))
-        checks.append(
-            Check(
-                "sgemm-vs-cublas",
-                PASS if ratio >= MIN_SGEMM_VS_CUBLAS else FAIL,
-                f"cuBLAS {cublas_gflops:.1f} GFLOPS; this kernel {ratio:.2f}x of it (floor {MIN_SGEMM_VS_CUBLAS:g}x)",
-                {"cublas_gflops": round(cublas_gflops, 1), "ratio": round(ratio, 3)},
-            )
-        )
+    checks.append(_sgemm_vs_cublas(cublas_ms, gflops, size, figs))
     return checks, figs
