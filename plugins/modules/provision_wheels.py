@@ -15,13 +15,17 @@ DOCUMENTATION = r"""
 module: provision_wheels
 short_description: Install pinned wheels into a virtual environment with uv, or with its pip
 description:
-  - With O(uv), runs C(uv pip install --python VENV/bin/python --compile-bytecode --link-mode=copy --system-certs
-    --cache-dir CACHE) with the requirements (byte-compiled and copied as pip does; TLS checked against the host's
-    certificate store, as Debian's pip does). The packages the environment has besides them are left as they are.
+  - With O(uv), runs C(uv pip install --python VENV/bin/python --compile-bytecode --link-mode=hardlink --system-certs
+    --cache-dir CACHE) with the requirements (byte-compiled as pip does; TLS checked against the host's certificate
+    store, as Debian's pip does). The packages the environment has besides them are left as they are.
   - CACHE is provision's own, C(provision-uv) in the account's cache directory (C($XDG_CACHE_HOME), else
     C(~/.cache)), emptied before the install and removed after it, whatever its outcome. So the wheels are not
     kept twice on the host (unpacked in a cache as big as the environment), and C(~/.cache/uv), the account's own uv
     cache, is never touched. Without O(uv), pip runs with C(--no-cache-dir) for the same reason.
+  - uv unpacks each wheel into CACHE, then hard-links its files into the environment, so each file's data is
+    written once, not unpacked and then copied, and removing CACHE afterwards leaves the environment's files as the
+    only names of that data. Where CACHE and the environment are on different file systems uv copies instead (it
+    says so on stderr), as it did before.
   - Refuses (fails without running anything) where O(uv) or a directory above it is a link, is not owned by root, or
     is writable by the account the module runs as, or by everyone.
   - Without O(uv), runs the environment's C(bin/pip install) with the requirements, as ansible.builtin.pip does.
@@ -118,6 +122,16 @@ def cache_dir() -> str:
     return os.path.join(base, "provision-uv")
 
 
+def uv_command(uv: str, venv: str, cache: str) -> list[str]:
+    """uv's install command line, before the index and the requirements. Hard links from CACHE, not copies: uv
+    unpacks every wheel into its cache before it puts it into the environment, so a copy writes each file twice and
+    the cache's removal deletes the first copy again (cuBLAS and cuDNN: about 1.4 GB written and deleted for
+    nothing). With links each file is written once and the removal only drops the cache's names; where the two are
+    on different file systems uv copies, as before. Measured in docs/testing.md ("Issue 52: less work")."""
+    return [uv, "pip", "install", "--python", os.path.join(venv, "bin", "python"), "--compile-bytecode",
+            "--link-mode=hardlink", "--system-certs", "--cache-dir", cache]
+
+
 def unpacked_sizes(cache: str, reqs: list[str]) -> dict[str, int]:
     """The room each requirement takes unpacked, from uv's cache (uv unpacks a wheel there before it copies it into
     the environment: `archive-v0/<id>/<name>-<version>.dist-info`), by the files' sizes. Where a wheel never reached
@@ -172,8 +186,7 @@ def main() -> None:
         cache = cache_dir()
         # Emptied first: what an install cut short (a power cut, a full disk) left there is not used, nor kept.
         shutil.rmtree(cache, ignore_errors=True)
-        cmd = [uv, "pip", "install", "--python", os.path.join(venv, "bin", "python"), "--compile-bytecode",
-               "--link-mode=copy", "--system-certs", "--cache-dir", cache]
+        cmd = uv_command(uv, venv, cache)
     else:
         cache = ""
         cmd = [os.path.join(venv, "bin", "pip"), "install", "--disable-pip-version-check", "--no-cache-dir"]

@@ -93,3 +93,15 @@ def test_a_link_in_place_of_uv_is_refused(root_dir: Path) -> None:
 
 def test_a_missing_uv_is_refused(root_dir: Path) -> None:
     assert "cannot be read" in wheels.unsafe(str(root_dir / "bin" / "uv"), ACCOUNT)
+
+
+def test_uv_links_the_wheels_from_its_cache_and_byte_compiles() -> None:
+    # uv unpacks each wheel into the cache first: a copy from there wrote every file twice (issue 52, docs/testing.md
+    # "Issue 52: less work"); hard links write it once, and the cache's removal afterwards leaves one name per file.
+    cmd = wheels.uv_command("/usr/local/lib/provision/uv/0.13.9/bin/uv", "/opt/provision/venv", "/home/ml/.cache/c")
+    assert cmd[:3] == ["/usr/local/lib/provision/uv/0.13.9/bin/uv", "pip", "install"]
+    assert cmd[cmd.index("--python") + 1] == "/opt/provision/venv/bin/python"
+    assert cmd[cmd.index("--cache-dir") + 1] == "/home/ml/.cache/c"
+    assert "--link-mode=hardlink" in cmd and not any(a.startswith("--link-mode=") and a != "--link-mode=hardlink"
+                                                     for a in cmd)
+    assert "--compile-bytecode" in cmd  # byte-compiled as pip does
