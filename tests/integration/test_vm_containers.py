@@ -9,8 +9,9 @@ Container Toolkit from the STAND-IN repository built here from NVIDIA's v1.20.0 
 standin_container_toolkit.py), served from this process on the controller's loopback, which the guest reaches as
 QEMU's user-network gateway:
 
-- dockerd started by the role, the toolkit's `nvidia` runtime registered and `features.cdi` on; with no GPU the role's
-  one line (nvidia-ctk cdi generate has no NVML) and no CDI spec written;
+- dockerd started by the role with `features.cdi` on, and, as the plan decides for Debian 13's docker.io 26 (native
+  CDI), the toolkit's `nvidia` runtime not registered; with no GPU the role's one line (nvidia-ctk cdi generate has no
+  NVML) and no CDI spec written;
 - an image loaded from the controller by provision.image_hosts (the code of `provision build -i`: the engine's save
   stream over the inventory's ssh into `sudo -n docker load`); a container started from it through dockerd, whose
   verifier says what it says without a GPU; the check's own command (`docker run --rm --device nvidia.com/gpu=all`)
@@ -194,13 +195,19 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
                       r"\s+so the CDI spec /var/run/cdi/nvidia.yaml is left to nvidia-cdi-refresh", text)
     assert len(said) == 1 and "NVML" in said[0], text[-5000:]
     assert on_vm(inv, "systemctl is-active docker").stdout.strip() == "active"
+    # What the plan decided is what dockerd has: Debian 13's docker.io 26 requests devices by CDI name itself
+    # (features.cdi, `--device nvidia.com/gpu=all`), so the toolkit's runtime is not registered (`runtime_configure:
+    # none`); Debian 12's 20.10 would take the runtime instead (test_container_roles.py renders both).
     runtimes = json.loads(on_vm(inv, "sudo -n docker info --format '{{json .Runtimes}}'").stdout)
-    assert "nvidia" in runtimes, runtimes
+    containers = docker_plan.containers
+    assert containers is not None and containers.cdi and containers.toolkit.runtime_configure == "none", containers
+    assert "nvidia" not in runtimes, runtimes
+    assert containers.gpu_run_args == ("--device", "nvidia.com/gpu=all"), containers.gpu_run_args
     assert json.loads(on_vm(inv, "sudo -n cat /etc/docker/daemon.json").stdout)["features"]["cdi"] is True
     # No GPU: no spec written, by the role or by anything else.
     assert on_vm(inv, "ls /var/run/cdi /etc/cdi 2>/dev/null | grep -c nvidia", ok=False).stdout.strip() in ("", "0")
     # The docker group left alone: the notebook account is not in it, and it has no members.
-    assert USER not in on_vm(inv, f"id -nG {USER}").stdout.split()
+    assert "docker" not in on_vm(inv, f"id -nG {USER}").stdout.split()
     assert on_vm(inv, "getent group docker").stdout.strip().endswith(":")
 
     tag = standin_image(docker_plan, f"provision-test/{NAME}:debian-13", tmp)
@@ -226,7 +233,7 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
         podman_plan = plan_for(str(tmp / "podman.yaml"), os_override="debian-13")
         second = apply(vm, "podman")
         assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
-        assert USER not in on_vm(inv, f"id -nG {USER}").stdout.split()
+        assert "docker" not in on_vm(inv, f"id -nG {USER}").stdout.split()
         load(vm, podman_plan, tag)
         pcommands = check_commands(podman_plan)
         listed = on_vm(inv, remote(pcommands["images"])).stdout.split()
