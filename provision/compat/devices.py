@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
 from pathlib import Path
 from typing import NamedTuple
 
-from provision.compat.files import DataError, _cache_file, _read
+from provision.compat.files import DataError, _cache_file, _read, cached
 from provision.compat.rows import GPU, KernelModule
 
 # Words in a device name that make it another part than the model its prefix names (laptop and Max-Q parts).
@@ -75,25 +74,7 @@ def device_table(root: str | None) -> DeviceTable:
     past gpus.yaml do not pay it) and kept, like the database, in a pickle keyed by the data files."""
     if root is None:
         return DeviceTable()
-    import pickle
-
-    cache = _cache_file(Path(root), "devices")
-    try:
-        with cache.open("rb") as fh:
-            table = pickle.load(fh)
-        if isinstance(table, DeviceTable):
-            return table
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
-        pass
-    table = _read_devices(Path(root))
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps(table))
-        tmp.replace(cache)
-    except OSError:
-        pass
-    return table
+    return cached(_cache_file(Path(root), "devices"), DeviceTable, lambda: _read_devices(Path(root)))
 
 
 # A row of the open kernel modules' "Compatible GPUs" table: name, PCI device ID and, where the name is a subsystem's,

@@ -4,9 +4,13 @@ key of the validated database's cache between processes (`_cache_file`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from provision.errors import ProvisionError
+
+T = TypeVar("T")
 
 
 class DataError(ProvisionError):
@@ -45,3 +49,27 @@ def _cache_file(root: Path, what: str = "db") -> Path:
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     base = Path(os.environ.get("PROVISION_CACHE", Path.home() / ".cache" / "provision"))
     return base / "compat" / f"{what}-{digest.hexdigest()[:20]}.pickle"
+
+
+def cached(cache: Path, kind: type[T], build: Callable[[], T]) -> T:
+    """`kind` from its pickle at `cache` (a key of _cache_file), else `build()` kept there. Any problem with the cache
+    falls back to building; two processes that build at once each write their own temporary file and rename it into
+    place, so a reader sees one whole pickle or none; a read-only home means no cache, the same result."""
+    import pickle
+
+    try:
+        with cache.open("rb") as fh:
+            value = pickle.load(fh)
+        if isinstance(value, kind):
+            return value
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
+        pass
+    value = build()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(value))
+        tmp.replace(cache)
+    except OSError:
+        pass
+    return value

@@ -4,14 +4,13 @@ pickle keyed by the files' contents, between processes (`load_db`)."""
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from provision.compat.db import CompatDB
-from provision.compat.files import DataError, _cache_file, _read
+from provision.compat.files import DataError, _cache_file, _read, cached
 from provision.resources import data_dir
 
 
@@ -21,26 +20,8 @@ def load_db(root: Path | None = None) -> CompatDB:
     pickle keyed by the data files' contents saves each command ~50 ms of YAML parsing and validation. Any
     problem with the cache falls back to reading the data files. Two processes that build it at once each write
     their own temporary file and rename it into place, so a reader sees one whole pickle or none."""
-    import pickle
-
     root = root or data_dir()
-    cache = _cache_file(root)
-    try:
-        with cache.open("rb") as fh:
-            db = pickle.load(fh)
-        if isinstance(db, CompatDB):
-            return db
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
-        pass
-    db = _read_db(root)
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps(db))
-        tmp.replace(cache)
-    except OSError:
-        pass  # read-only home: no cache, same result
-    return db
+    return cached(_cache_file(root), CompatDB, lambda: _read_db(root))
 
 
 def _read_db(root: Path) -> CompatDB:
