@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -21,10 +21,11 @@ from provision.pipeline.connect import connect, read_tokens
 from provision.pipeline.events import Events, FleetResult
 from provision.pipeline.preflight import Preflight, locks
 from provision.pipeline.record import interrupted, record
-from provision.pipeline.render import full_reason, inputs, render
+from provision.pipeline.render import inputs, render
 from provision.pipeline.report import ready_blocks
 from provision.pipeline.run import run, start_sandbox
 from provision.pipeline.targets import Targets
+from provision.request import ApplyRequest
 from provision.runners.ansible import mitogen_connections
 from provision.ssh import HostKeys, host_keys
 
@@ -62,15 +63,14 @@ class ApplyOutcome:
     host_keys: dict[str, HostKeys] = field(default_factory=dict)  # as the run reached the hosts (stage connect)
     # Jupyter tokens read beside a fast-path playbook (host -> token), for stage connect; in memory only.
     tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    targets: Targets | None = None  # as the run reached them (a sandbox started by it: its address)
 
 
-def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, *, check: bool = False, diff: bool = False,
-              tags: str | None = None, skip_frameworks: bool = False, no_check: bool = False,
-              become_password: str | None = None, vault_password_file: Path | None = None,
-              full: bool = False, jupyter_password: str | None = None) -> ApplyOutcome:
+def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, request: ApplyRequest) -> ApplyOutcome:
     """After the prompt: start the sandbox (if it is one), run the playbook on every host, then `provision check` on
-    them unless --skip-check, --dry-run or --tags say otherwise. full: every role on every host (no fast path). Exit: the
-    playbook's (0 ok, 1 a host failed, 2 refused, 3 unreachable), then the checks' (1 red, 3 could not run)."""
+    them unless --skip-check, --dry-run or --tags say otherwise (request.checks_after). request.full: every role on
+    every host (no fast path). Exit: the playbook's (0 ok, 1 a host failed, 2 refused, 3 unreachable), then the
+    checks' (1 red, 3 could not run)."""
     took: dict[str, float] = {"started": time.monotonic()}
     keys = pre.host_keys
     if found.sandbox:
@@ -78,32 +78,30 @@ def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, *, check: b
             reach = start_sandbox(found.groups[0].plan, found.sandbox, log=activity.log, progress=activity.update)
         took["sandbox start"] = time.monotonic() - took["started"]
         if reach != found.inventory:  # started now: its address, and so its policy, is known from here on
-            found.inventory = reach
+            found = replace(found, inventory=reach)
             keys = host_keys(found.hostvars(), mitogen=mitogen_connections())
-    checking = not (no_check or check or tags)
+    checking = request.checks_after
 
     def checks(echo: Callable[[str], None]) -> dict[str, int]:
-        return check_hosts(found.groups, found.inventory, found.hosts, keys, skip_frameworks=skip_frameworks, echo=echo,
-                           become_password=become_password, vault_password_file=vault_password_file)
+        return check_hosts(found.groups, found.inventory, found.hosts, keys, skip_frameworks=request.skip_frameworks,
+                           echo=echo, secrets=request.secrets)
 
     beside = Beside(found.hosts, checks, lambda: read_tokens(found.groups, keys)) if checking else None
     with display.phase("starting ansible-playbook") as activity:
         progress = _Progress(activity, took)
         reader = Events(on_task=display.task, on_start=progress, on_path=beside.path if beside else None)
-        fleet = execute(found, keys, reader, check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks,
-                        become_password=become_password, vault_password_file=vault_password_file,
-                        jupyter_password=jupyter_password, on_note=activity.log, log=progress,
-                        full_reason=full_reason(full=full, tags=tags, jupyter_password=jupyter_password))
+        fleet = execute(found, keys, reader, request, on_note=activity.log, log=progress.fetching)
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)
-    outcome = ApplyOutcome(fleet, took, host_keys=keys, tokens=_tokens(beside))
+    outcome = ApplyOutcome(fleet, took, host_keys=keys, tokens=_tokens(beside), targets=found)
     if fleet.exit_code != EXIT_OK:
         if beside:
             beside.close()  # the checks started beside it end before this does
         outcome.codes, outcome.exit_code = {}, fleet.exit_code
         return outcome
     if not checking:
-        outcome.check_skipped = "--tags applied part of the plan" if tags and not (no_check or check) else ""
+        outcome.check_skipped = ("--tags applied part of the plan"
+                                 if request.tags and not (request.skip_check or request.dry_run) else "")
         return outcome
     started = time.monotonic()
     with display.phase(f"provision check on {len(found.hosts)} host(s)"):
@@ -121,51 +119,43 @@ def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, *, check: b
     return outcome
 
 
-def execute(found: Targets, keys: dict[str, HostKeys], reader: Events, *, check: bool = False, diff: bool = False,
-            tags: str | None = None, skip_frameworks: bool = False, destroy: bool = False, purge_home: bool = False,
-            full_reason: str = "", become_password: str | None = None, vault_password_file: Path | None = None,
-            jupyter_password: str | None = None, on_note: Callable[[str], None] | None = None,
-            log: Callable[[str], None] | None = None) -> FleetResult:
-    """locks → inputs → render → run → events → record, for apply and destroy. destroy: the playbook only removes
-    what each host's ledger lists, and the hosts' records go. full_reason: why no host may take the fast path ("":
-    each host's fingerprint decides; docs/hosts.md). on_note: a lock taken over; log: the inputs' fetching."""
+def execute(found: Targets, keys: dict[str, HostKeys], reader: Events, request: ApplyRequest, *,
+            on_note: Callable[[str], None] | None = None, log: Callable[[str], None] | None = None) -> FleetResult:
+    """locks → inputs → render → run → events → record, for apply and destroy (request.destroy: the playbook only
+    removes what each host's ledger lists, and the hosts' records go). Whether a host may take the fast path:
+    render.full_reason of the request (docs/hosts.md). on_note: a lock taken over; log: the inputs' fetching."""
     fleet = FleetResult(groups=found.groups)
     with locks(found, on_note=on_note):
-        fetched = {} if destroy else inputs(found.groups, sandboxes=found.in_sandbox(),
-                                            skip_frameworks=skip_frameworks, log=log)
+        fetched = {} if request.destroy else inputs(found.groups, sandboxes=found.in_sandbox(),
+                                                    skip_frameworks=request.skip_frameworks, log=log)
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = Path(tmp)
-            files = render(found.groups, work, found.inventory, keys, skip_frameworks=skip_frameworks,
-                           destroy=destroy, purge_home=purge_home, full_reason=full_reason, partial=bool(tags),
-                           interpreters=fetched)
+            files = render(found.groups, work, found.inventory, keys, request, interpreters=fetched)
             inventory = found.inventory if isinstance(found.inventory, Path) else files["inventory"]
             try:
-                ran = run(work, inventory, found.hosts, keys, on_event=reader, check=check, diff=diff, tags=tags,
-                          become_password=become_password, vault_password_file=vault_password_file,
-                          jupyter_password=jupyter_password)
+                ran = run(work, inventory, found.hosts, keys, request, on_event=reader)
             except KeyboardInterrupt:
-                if not check:
+                if not request.dry_run:
                     interrupted(found.groups, found.key)
                 raise
             fleet.seconds, fleet.status, fleet.task_seconds = ran.seconds, ran.status, reader.task_seconds
             fleet.hosts = reader.outcomes(found.groups, ran.stats, work / "reports")
-            if not check:
-                record(fleet, found.key, tags=tags, skip_frameworks=skip_frameworks, destroy=destroy)
+            if not request.dry_run:
+                record(fleet, found.key, tags=request.tags, skip_frameworks=request.skip_frameworks,
+                       destroy=request.destroy)
     return fleet
 
 
-def destroy(found: Targets, pre: Preflight, *, check: bool = False, purge_home: bool = False,
-            become_password: str | None = None, vault_password_file: Path | None = None) -> FleetResult:
-    """`provision destroy` after the prompt: the ledger's removal on every host, and the Jupyter tunnel of each host
-    it cleared stopped."""
+def destroy(found: Targets, pre: Preflight, request: ApplyRequest) -> FleetResult:
+    """`provision destroy` after the prompt (request.destroy): the ledger's removal on every host, and the Jupyter
+    tunnel of each host it cleared stopped."""
     if found.sandbox:
         if not sandbox.is_running(found.sandbox):
             raise UsageError(f"destroy --sandbox {found.sandbox}: the sandbox is not running")
-        found.inventory = sandbox.inventory([found.sandbox])
-    fleet = execute(found, pre.host_keys, Events(), check=check, destroy=True, purge_home=purge_home,
-                    become_password=become_password, vault_password_file=vault_password_file)
+        found = replace(found, inventory=sandbox.inventory([found.sandbox]))
+    fleet = execute(found, pre.host_keys, Events(), request)
     for host, result in fleet.hosts.items():
-        if result.result == "ok" and not check:
+        if result.result == "ok" and not request.dry_run:
             tunnel.stop(host)
     return fleet
 
@@ -179,18 +169,19 @@ def ready(found: Targets, outcome: ApplyOutcome, *, skip_frameworks: bool) -> tu
 
 
 class _Progress:
-    """on_start for the playbook's phase: the step now, and how long the controller's wheel downloads took (the
-    wheelhouse's lines begin with "wheelhouse:")."""
+    """The playbook's phase as it goes: `fetching` for the controller's inputs (stage inputs' log: the wheelhouse,
+    interpreters, uv; minutes the first time), the task now for each task that starts; and how long the inputs took
+    (from the first line fetching gives to the first task)."""
 
     def __init__(self, activity: Activity, took: dict[str, float]) -> None:
         self.activity, self.took = activity, took
 
+    def fetching(self, line: str) -> None:
+        self.took.setdefault("wheels from", time.monotonic())
+        self.activity.log(line)
+        self.activity.update("fetching the controller's inputs (wheels, interpreters)")
+
     def __call__(self, task: str) -> None:
-        if task.startswith("wheelhouse:"):  # the controller downloads the plan's wheels once (minutes, first time)
-            self.took.setdefault("wheels from", time.monotonic())
-            self.activity.log(task)
-            self.activity.update("downloading wheels into the wheelhouse")
-            return
         if "wheels from" in self.took and "wheel downloads" not in self.took:
             self.took["wheel downloads"] = time.monotonic() - self.took["wheels from"]
         self.activity.update(f"running: {task}")

@@ -170,35 +170,38 @@ def apply(
     from provision.apply import run_apply
     from provision.pipeline.preflight import preflight
     from provision.pipeline.targets import targets
+    from provision.request import ApplyRequest, Secrets
 
-    check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
-    no_check = renamed_flag(old_no_check, "--no-check", "--skip-check") or skip_check
+    dry_run = renamed_flag(old_check, "--check", "--dry-run") or dry_run
+    skip_check = renamed_flag(old_no_check, "--no-check", "--skip-check") or skip_check
     found = targets(profile, inventory, sandbox, os_override, limit, failed, vault_password_file=vault_password_file,
                     indexes=index_overrides(index, python_mirror))
     if not found.groups:
         out.print(f"--failed: every host succeeded in the last apply on {inventory}; nothing to retry", markup=False)
         return
     pre = preflight(found, require_password=not ask_jupyter_pass)
-    _show_plans(found, pre.warnings, changes=check or diff, skip_frameworks=skip_frameworks)
-    if not yes and not check:
+    found = pre.targets  # as the preflight reached them
+    _show_plans(found, pre.warnings, changes=dry_run or diff, skip_frameworks=skip_frameworks)
+    if not yes and not dry_run:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None
     jupyter_password = _jupyter_password() if ask_jupyter_pass else None
-    outcome = run_apply(found, pre, _ApplyDisplay(check=check, skip_frameworks=skip_frameworks, timings=timings,
-                                             frameworks=any(g.plan.frameworks for g in found.groups)),
-                        check=check, diff=diff, tags=tags, skip_frameworks=skip_frameworks, no_check=no_check,
-                        become_password=become_password, vault_password_file=vault_password_file, full=full,
-                        jupyter_password=jupyter_password)
+    request = ApplyRequest(dry_run=dry_run, diff=diff, tags=tags, skip_frameworks=skip_frameworks,
+                           skip_check=skip_check, full=full,
+                           secrets=Secrets(become_password=become_password, jupyter_password=jupyter_password,
+                                           vault_password_file=vault_password_file))
+    outcome = run_apply(found, pre, _ApplyDisplay(dry_run=dry_run, skip_frameworks=skip_frameworks, timings=timings,
+                                                  frameworks=any(g.plan.frameworks for g in found.groups)), request)
     if outcome.check_skipped:
         out.print(f"check skipped: {outcome.check_skipped}", markup=False)
-    if not check:
-        _print_ready(found, outcome, skip_frameworks=skip_frameworks)
+    if not dry_run:
+        _print_ready(outcome.targets or found, outcome, skip_frameworks=skip_frameworks)
     if outcome.fleet.exit_code != EXIT_OK:
         retry = _retry_command(profile=profile, inventory=inventory, os_override=os_override,
                                skip_frameworks=skip_frameworks, tags=tags, index=index, ask_become_pass=ask_become_pass,
                                ask_jupyter_pass=ask_jupyter_pass, vault_password_file=vault_password_file,
-                               no_check=no_check, full=full, yes=yes)
-        _print_failed_apply_hints(check=check, retry=retry if inventory else None)
+                               skip_check=skip_check, full=full, yes=yes)
+        _print_failed_apply_hints(dry_run=dry_run, retry=retry if inventory else None)
     if outcome.error is not None:
         raise outcome.error
     raise typer.Exit(outcome.exit_code)
@@ -226,14 +229,14 @@ def _show_plans(found: Any, warnings: Any, *, changes: bool, skip_frameworks: bo
 
 def _retry_command(*, profile: Any, inventory: Any, os_override: str | None, skip_frameworks: bool, tags: str | None,
                    index: list[str] | None, ask_become_pass: bool, ask_jupyter_pass: bool, vault_password_file: Any,
-                   no_check: bool, full: bool, yes: bool) -> list[str]:
+                   skip_check: bool, full: bool, yes: bool) -> list[str]:
     """The command line that re-applies the same options to the hosts that did not succeed (--failed)."""
     return ["provision", "apply", *([str(profile)] if profile else []), "-i", str(inventory),
             *(["--os", os_override] if os_override else []), *(["--skip-frameworks"] if skip_frameworks else []),
             *(["--tags", tags] if tags else []), *[w for i in index or [] for w in ("--index", i)],
             *(["-K"] if ask_become_pass else []), *(["--ask-jupyter-pass"] if ask_jupyter_pass else []),
             *(["--vault-password-file", str(vault_password_file)] if vault_password_file else []),
-            *(["--skip-check"] if no_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
+            *(["--skip-check"] if skip_check else []), *(["--full"] if full else []), *(["--yes"] if yes else []),
             "--failed"]
 
 
@@ -256,10 +259,10 @@ def _jupyter_password() -> str:
     return password
 
 
-def _print_failed_apply_hints(*, check: bool, retry: list[str] | None) -> None:
+def _print_failed_apply_hints(*, dry_run: bool, retry: list[str] | None) -> None:
     """After a run that did not succeed everywhere: what --dry-run cannot know, and the command (shell-quoted, as the
     apply was given, with --failed) that retries only the hosts that did not succeed."""
-    if check:
+    if dry_run:
         err.print("note: --dry-run installs nothing; a role that needs what an earlier step installs says what it "
                   "cannot predict and stops (lines above); a step that failed here would fail in a real apply",
                   markup=False)
@@ -273,8 +276,8 @@ class _ApplyDisplay:
 
     STYLES = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red", "skipped": "dim"}
 
-    def __init__(self, *, check: bool, skip_frameworks: bool, timings: bool, frameworks: bool) -> None:
-        self.check, self.skip_frameworks, self.timings, self.frameworks = check, skip_frameworks, timings, frameworks
+    def __init__(self, *, dry_run: bool, skip_frameworks: bool, timings: bool, frameworks: bool) -> None:
+        self.dry_run, self.skip_frameworks, self.timings, self.frameworks = dry_run, skip_frameworks, timings, frameworks
 
     def phase(self, text: str) -> Activity:
         return Activity(err, text)
@@ -289,7 +292,7 @@ class _ApplyDisplay:
         out.print(line, markup=False)
 
     def playbook_done(self, fleet: Any) -> None:
-        print_apply_summary(fleet, check=self.check, out=out, err=err)
+        print_apply_summary(fleet, dry_run=self.dry_run, out=out, err=err)
         counts = {res: sum(1 for r in fleet.hosts.values() if r.result == res) for res in
                   ("ok", "failed", "unreachable", "not run")}
         out.print(f"ansible-playbook {fleet.status} in {duration(fleet.seconds)}, changed={fleet.changed}; "
@@ -326,7 +329,7 @@ def _print_ready(found: Any, outcome: Any, *, skip_frameworks: bool) -> None:
                    + (", the rest planning and rendering" if parts else ""))
 
 
-def print_apply_summary(fleet: Any, *, check: bool, out: Any, err: Any) -> None:
+def print_apply_summary(fleet: Any, *, dry_run: bool, out: Any, err: Any) -> None:
     """The table after an apply, short enough for 80 columns, then the long texts under it, one line per host:
     the verifier's figures on `out`, `failed: HOST: STEP: CAUSE` on `err`. On a terminal those lines wrap at its
     width with an indent; elsewhere (logs, pipes) each stays one line, whole, for grep."""
@@ -334,7 +337,7 @@ def print_apply_summary(fleet: Any, *, check: bool, out: Any, err: Any) -> None:
 
     from provision.pipeline.report import summary_lines, summary_rows
 
-    rows = summary_rows(fleet, check=check)
+    rows = summary_rows(fleet, dry_run=dry_run)
     headers = ("host", "profile", "result", "changed", "step / verify")
     # The last column takes what the others leave of the width (each column pads 1 + 1), cutting a long step name
     # with '…'; only when even 12 characters do not fit do host and profile names fold.
@@ -349,7 +352,7 @@ def print_apply_summary(fleet: Any, *, check: bool, out: Any, err: Any) -> None:
     for row in rows:
         table.add_row(*row)
     out.print(table)
-    details, failures = summary_lines(fleet, check=check)
+    details, failures = summary_lines(fleet, dry_run=dry_run)
     for console, lines, style in ((out, details, None), (err, failures, "red")):
         for line in lines:
             if console.is_terminal:
@@ -376,15 +379,17 @@ def check_hosts_cmd(
     from provision.pipeline.check import check_hosts, checks_exit_code
     from provision.pipeline.preflight import preflight
     from provision.pipeline.targets import check_run_targets
+    from provision.request import Secrets
 
     found = check_run_targets(profile, inventory, sandbox, os_override, limit, vault_password_file=vault_password_file)
     # As the apply says it; testinfra's ssh takes the inventory's StrictHostKeyChecking as given (no Mitogen)
     pre = preflight(found, require_password=False, playbook=False)
+    found = pre.targets
     for line in pre.warnings:
         err.print(line, markup=False)
     become_password = _become_password() if ask_become_pass else None
     codes = check_hosts(found.groups, found.inventory, found.hosts, pre.host_keys, skip_frameworks=skip_frameworks,
-                        echo=lambda s: out.print(s, markup=False), become_password=become_password,
-                        vault_password_file=vault_password_file)
+                        echo=lambda s: out.print(s, markup=False),
+                        secrets=Secrets(become_password=become_password, vault_password_file=vault_password_file))
     raise typer.Exit(checks_exit_code(codes))
 

@@ -56,8 +56,9 @@ def destroy(
     from provision.apply import destroy as run_destroy
     from provision.pipeline.preflight import preflight
     from provision.pipeline.targets import targets
+    from provision.request import ApplyRequest, Secrets
 
-    check = renamed_flag(old_check, "--check", "--dry-run") or dry_run
+    dry_run = renamed_flag(old_check, "--check", "--dry-run") or dry_run
 
     if profile is None and sandbox:
         from provision import state
@@ -72,17 +73,19 @@ def destroy(
     if sandbox and not found.hosts:
         raise UsageError(f"destroy --sandbox {sandbox}: no such sandbox")
     pre = preflight(found, require_password=False)
+    found = pre.targets  # as the preflight reached them
     for host in found.hosts:
         lines = ledger_change_lines(None, host, skip_frameworks=False)
         for line in lines or ["no ledger on the controller: the host's own ledger says what goes"]:
             out.print(f"{host}: {line}", markup=False)
-    if not yes and not check:
+    if not yes and not dry_run:
         _confirm(found.where(inventory))
     become_password = _become_password() if ask_become_pass else None
-    fleet = run_destroy(found, pre, check=check, purge_home=purge_home, become_password=become_password,
-                        vault_password_file=vault_password_file)
+    request = ApplyRequest(dry_run=dry_run, destroy=True, purge_home=purge_home,
+                           secrets=Secrets(become_password=become_password, vault_password_file=vault_password_file))
+    fleet = run_destroy(found, pre, request)
     for host, result in sorted(fleet.hosts.items()):
-        verb = "would remove" if check else "destroyed" if result.result == "ok" else "not destroyed"
+        verb = "would remove" if dry_run else "destroyed" if result.result == "ok" else "not destroyed"
         out.print(f"{host}: {verb}: {result.result} "
                   f"(changed={result.changed}){(' ' + result.message) if result.message else ''}", markup=False)
         for note in result.notes:  # a stale apply lock taken over (the gate play; notes.json)

@@ -18,16 +18,18 @@ from typing import Any
 
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.pipeline.targets import Group, inventory_hostvars
+from provision.request import NO_SECRETS, Secrets
 from provision.runners.testinfra import run_check
 from provision.ssh import HostKeys
 
 
 def check_hosts(groups: list[Group], inventory: Path | dict[str, Any], hosts: list[str], keys: dict[str, HostKeys], *,
                 skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
-                become_password: str | None = None, vault_password_file: Path | None = None) -> dict[str, int]:
+                secrets: Secrets = NO_SECRETS) -> dict[str, int]:
     """`provision check` on each host (testinfra, one process per host, a few at a time). Returns host -> exit code.
     A host's framework checks are left out with --skip-frameworks or when its group says the apply skipped them.
-    keys: each host's SSH host-key policy (stage preflight's)."""
+    keys: each host's SSH host-key policy (stage preflight's); secrets: the become password and vault file."""
+    vault_password_file = secrets.vault_password_file
     by_host = {h: g for g in groups for h in g.hosts if h in hosts}
     lines: dict[str, list[str]] = {h: [] for h in by_host}
     # A dict inventory (a sandbox's) is read here; a file's variables came with the groups (ansible-inventory).
@@ -40,7 +42,7 @@ def check_hosts(groups: list[Group], inventory: Path | dict[str, Any], hosts: li
             hostvars = inventory_hostvars(inventory, vault_password_file=vault_password_file).get(host, {})
         return run_check(group.plan, inventory, host, hostvars=hostvars,
                          skip_frameworks=skip_frameworks or group.frameworks_skipped, echo=lines[host].append,
-                         become_password=become_password, vault_password_file=vault_password_file,
+                         become_password=secrets.become_password, vault_password_file=vault_password_file,
                          keys=keys.get(host))
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, len(by_host)))) as pool:

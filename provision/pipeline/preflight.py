@@ -29,10 +29,12 @@ from provision.ssh import HostKeys, host_key_warnings, host_keys
 
 @dataclass(frozen=True)
 class Preflight:
-    """What the preflight found: lines to show before the prompt, and each host's SSH host-key policy."""
+    """What the preflight found: lines to show before the prompt, each host's SSH host-key policy, and the targets
+    as it reached them (a running sandbox's address read)."""
 
     warnings: list[str]
     host_keys: dict[str, HostKeys]
+    targets: Targets
 
 
 def preflight(found: Targets, *, require_password: bool = True, playbook: bool = True) -> Preflight:
@@ -42,12 +44,11 @@ def preflight(found: Targets, *, require_password: bool = True, playbook: bool =
     playbook's connections (Mitogen's, when it runs them); False for `provision check`'s testinfra."""
     if found.sandbox and found.groups:
         sandbox_release(found.groups[0].plan)
-        if sandbox.is_running(found.sandbox):  # its address (SSH port); one that is not running yet gets it at start
-            found.inventory = sandbox.inventory([found.sandbox])
+        found = found.reached()  # its address (SSH port); one that is not running yet gets it at start
     if require_password:
         require_secrets(found.groups, found.inventory if isinstance(found.inventory, Path) else None)
     keys = host_keys(found.hostvars(), mitogen=playbook and mitogen_connections())
-    return Preflight(host_key_warnings(keys), keys)
+    return Preflight(host_key_warnings(keys), keys, found)
 
 
 def sandbox_release(plan: Plan) -> str:

@@ -22,6 +22,7 @@ from provision.installer import fetch as fetch_installer
 from provision.interpreters import fetch as fetch_interpreter
 from provision.pipeline.targets import Group
 from provision.render.ansible import render_fleet
+from provision.request import ApplyRequest
 from provision.ssh import HostKeys
 
 
@@ -44,20 +45,21 @@ def inputs(groups: list[Group], *, sandboxes: list[str], skip_frameworks: bool,
     return fetched
 
 
-def full_reason(*, full: bool, tags: str | None, jupyter_password: str | None) -> str:
+def full_reason(request: ApplyRequest) -> str:
     """Why no host may take the fast path this run ("" lets each host's fingerprint decide; docs/hosts.md)."""
-    return ("--full asked for it" if full else "--tags applies part of the plan" if tags
-            else "--ask-jupyter-pass gave a password" if jupyter_password else "")
+    return ("--full asked for it" if request.full else "--tags applies part of the plan" if request.tags
+            else "--ask-jupyter-pass gave a password" if request.secrets.jupyter_password else "")
 
 
-def render(groups: list[Group], work: Path, inventory: Path | dict[str, Any], keys: dict[str, HostKeys], *,
-           skip_frameworks: bool = False, destroy: bool = False, purge_home: bool = False, full_reason: str = "",
-           partial: bool = False, interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
-    """Write the run's folder into `work`; returns its files (render_fleet's, with "inventory" for a sandbox's)."""
+def render(groups: list[Group], work: Path, inventory: Path | dict[str, Any], keys: dict[str, HostKeys],
+           request: ApplyRequest, *, interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
+    """Write the run's folder into `work` for the request; returns its files (render_fleet's, with "inventory" for a
+    sandbox's)."""
     single = len(groups) == 1
     files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
-                         skip_frameworks=skip_frameworks, destroy=destroy, purge_home=purge_home,
-                         full_reason=full_reason, partial=partial, interpreters=interpreters, lock=lock_holder())
+                         skip_frameworks=request.skip_frameworks, destroy=request.destroy,
+                         purge_home=request.purge_home, full_reason=full_reason(request), partial=bool(request.tags),
+                         interpreters=interpreters, lock=lock_holder())
     write_host_key_vars(work, keys)
     return files
 

@@ -80,41 +80,41 @@ def path_word(r: HostResult) -> str:
     return r.path
 
 
-def summary_rows(fleet: FleetResult, *, check: bool = False) -> list[tuple[str, str, str, str, str]]:
+def summary_rows(fleet: FleetResult, *, dry_run: bool = False) -> list[tuple[str, str, str, str, str]]:
     """The apply summary's table, short cells only: host, profile, result (with the path a host that succeeded took:
     "ok (fast)", "ok (full)"), changed, the failed step or the verdict. The long texts (a failure's cause, the
     verifier's figures, why a host took the full path) are summary_lines', printed under the table."""
     rows = []
     for host, r in sorted(fleet.hosts.items()):
-        short = (r.step or r.result) if r.result != "ok" else ("" if check else verify_verdict(r.verify))
+        short = (r.step or r.result) if r.result != "ok" else ("" if dry_run else verify_verdict(r.verify))
         result = f"ok ({path_word(r)})" if r.result == "ok" and path_word(r) else r.result
         rows.append((host, r.profile, result, str(r.changed), short))
     return rows
 
 
-def path_detail(host: str, r: HostResult, *, check: bool = False) -> str | None:
+def path_detail(host: str, r: HostResult, *, dry_run: bool = False) -> str | None:
     """Which path a host took and why, one line: on the fast path a dry run says there is nothing to change."""
     if not r.path:
         return None
     if r.path == "fast":
-        return f"{host}: no change ({r.path_why})" if check else f"{host}: fast path: {r.path_why} " \
+        return f"{host}: no change ({r.path_why})" if dry_run else f"{host}: fast path: {r.path_why} " \
             "its last converged apply; only the verifier and the record ran"
     return f"{host}: full path: {r.path_why}"
 
 
-def summary_lines(fleet: FleetResult, *, check: bool = False) -> tuple[list[str], list[str]]:
+def summary_lines(fleet: FleetResult, *, dry_run: bool = False) -> tuple[list[str], list[str]]:
     """(details, failures) to print under the summary table, one line per host each: the verifier's verdict with its
     figures and the path it took (and why) for a host that succeeded, and `failed: HOST: STEP: CAUSE` for one that
     did not."""
     details = [f"{host}: {verify_line(r.verify)}" for host, r in sorted(fleet.hosts.items())
-               if r.result == "ok" and not check]
+               if r.result == "ok" and not dry_run]
     details += [line for host, r in sorted(fleet.hosts.items()) if r.result == "ok"
-                for line in [path_detail(host, r, check=check)] if line]
+                for line in [path_detail(host, r, dry_run=dry_run)] if line]
     details += [f"{host}: {note}" for host, r in sorted(fleet.hosts.items()) for note in r.notes]
     failures = [f"refused: {host}: {r.message}" if r.result == "refused" else
                 f"failed: {host}: {r.step or r.result}: {r.message}" for host, r in sorted(fleet.hosts.items())
                 if r.result != "ok"]
-    if check:  # a dry run says what it could not predict, host by host, step by step
+    if dry_run:  # a dry run says what it could not predict, host by host, step by step
         details += [f"{host}: --dry-run cannot predict: {what}" for host, r in sorted(fleet.hosts.items())
                     for what in r.unpredicted]
     return details, failures

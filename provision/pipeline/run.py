@@ -14,6 +14,7 @@ from typing import Any
 from provision import sandbox
 from provision.models import Plan
 from provision.pipeline.preflight import sandbox_release
+from provision.request import ApplyRequest
 from provision.runners.ansible import RunResult, run_playbook
 from provision.ssh import HostKeys, accept_new_host_keys, configured_host_key_checking
 
@@ -34,14 +35,13 @@ def start_sandbox(plan: Plan, name: str, *, log: Callable[[str], None] | None = 
     return sandbox.inventory([name])
 
 
-def run(work: Path, inventory: Path, hosts: list[str], keys: dict[str, HostKeys], *,
-        on_event: Callable[[dict[str, Any]], None], check: bool = False, diff: bool = False, tags: str | None = None,
-        become_password: str | None = None, vault_password_file: Path | None = None,
-        jupyter_password: str | None = None) -> RunResult:
+def run(work: Path, inventory: Path, hosts: list[str], keys: dict[str, HostKeys], request: ApplyRequest, *,
+        on_event: Callable[[dict[str, Any]], None]) -> RunResult:
     """Run work/site.yml on `hosts` of `inventory` (a file inventory where it is: its group_vars/, host_vars/ and
-    plugin name only mean something there)."""
+    plugin name only mean something there), as the request asks (--dry-run is Ansible's check mode)."""
     accept_new_host_keys(keys)
-    return run_playbook(work, inventory, limit=",".join(sorted(hosts)), check=check, diff=diff, tags=tags,
-                        forks=forks_for(len(hosts)), on_event=on_event,
-                        host_key_checking=configured_host_key_checking()[0], become_password=become_password,
-                        vault_password_file=vault_password_file, jupyter_password=jupyter_password)
+    secrets = request.secrets
+    return run_playbook(work, inventory, limit=",".join(sorted(hosts)), check=request.dry_run, diff=request.diff,
+                        tags=request.tags, forks=forks_for(len(hosts)), on_event=on_event,
+                        host_key_checking=configured_host_key_checking()[0], become_password=secrets.become_password,
+                        vault_password_file=secrets.vault_password_file, jupyter_password=secrets.jupyter_password)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ OS_VAR = "provision_os"
 PYTHON_MIRROR_VAR = "provision_python_mirror"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Group:
     """Hosts that get the same Plan."""
 
@@ -46,9 +46,11 @@ class Group:
     frameworks_skipped: bool = False  # recorded by the apply these hosts are checked against (check_groups)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Targets:
-    """What an apply, a destroy or a check runs on: every group's Plan resolved, nothing touched yet."""
+    """What an apply, a destroy or a check runs on: every group's Plan resolved, nothing touched yet. Frozen: a stage
+    that learns more (a sandbox's address once it runs: `reached`) returns new Targets, and each stage sees the
+    ones it was given."""
 
     groups: list[Group]
     inventory: Path | dict[str, Any]  # as Ansible gets it: a file where it is, or a sandbox's dict
@@ -72,6 +74,13 @@ class Targets:
             given = self.inventory.get("all", {}).get("hosts") or {}
             return {h: dict(given.get(h) or {}) for h in self.hosts}
         return {h: g.hostvars.get(h, {}) for g in self.groups for h in g.hosts}
+
+    def reached(self) -> Targets:
+        """These targets with a running sandbox's inventory (its SSH port, known once the container runs); the same
+        targets where there is no sandbox or it does not run yet."""
+        if not self.sandbox or not sandbox.is_running(self.sandbox):
+            return self
+        return replace(self, inventory=sandbox.inventory([self.sandbox]))
 
     def in_sandbox(self) -> list[str]:
         """The hosts that are provision's sandboxes (they share the controller's wheelhouse)."""
@@ -120,7 +129,7 @@ def check_run_targets(profile: Path | None, inventory: Path | None, sandbox_name
                     vault_password_file=vault_password_file)
     if sandbox_name:
         _require_running(sandbox_name)
-        found.inventory = sandbox.inventory([sandbox_name])
+        return found.reached()
     return found
 
 

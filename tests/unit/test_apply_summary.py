@@ -40,7 +40,7 @@ def fleet(first: str = "gpu-workstation-01") -> FleetResult:
 def render(*, terminal: bool, check: bool = False, first: str = "gpu-workstation-01") -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     kw = {"width": 80, "force_terminal": terminal, "color_system": None, "highlight": False, "soft_wrap": True}
-    print_apply_summary(fleet(first), check=check, out=Console(file=out, **kw), err=Console(file=err, **kw))
+    print_apply_summary(fleet(first), dry_run=check, out=Console(file=out, **kw), err=Console(file=err, **kw))
     return out.getvalue(), err.getvalue()
 
 
@@ -88,7 +88,7 @@ def test_in_a_log_each_cause_is_one_whole_line_for_grep() -> None:
 def test_a_dry_run_shows_no_verdict() -> None:
     out, _ = render(terminal=False, check=True)
     assert "verify" not in out.replace("step / verify", "")
-    assert [row[4] for row in summary_rows(fleet(), check=True)][0] == ""
+    assert [row[4] for row in summary_rows(fleet(), dry_run=True)][0] == ""
 
 
 def test_a_shipped_profile_is_shown_by_the_name_the_user_wrote(tmp_path: Path) -> None:
@@ -161,6 +161,6 @@ def test_the_path_each_host_took_is_said_under_the_table() -> None:
     result.hosts["gpu-workstation-01"].path_why = "fingerprint matches"
     buf = io.StringIO()
     console = Console(file=buf, width=200, color_system=None)
-    print_apply_summary(result, check=True, out=console, err=Console(file=io.StringIO()))
+    print_apply_summary(result, dry_run=True, out=console, err=Console(file=io.StringIO()))
     assert "gpu-workstation-01: no change (fingerprint matches)" in buf.getvalue().splitlines()
     assert re.search(r"gpu-workstation-01\s+deskmini\s+ok \(fast\)\s+41", buf.getvalue())

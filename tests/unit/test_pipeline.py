@@ -190,19 +190,23 @@ def test_render_writes_the_folder_with_each_hosts_key_settings_and_why_no_host_t
     import yaml
 
     from provision.pipeline.render import full_reason, render
+    from provision.request import ApplyRequest, Secrets
     from provision.ssh import host_keys
 
     hostvars = {"ok-1": {"ansible_host_key_checking": False}, "refused-1": {}, "lost-1": {}, "gone-1": {}}
     inventory = {"all": {"hosts": hostvars}}
-    why = full_reason(full=False, tags=None, jupyter_password="secret")
-    files = render([group], tmp_path / "run", inventory, host_keys(hostvars, mitogen=True), full_reason=why)
+    asked = ApplyRequest(secrets=Secrets(jupyter_password="hunter2-jp", become_password="hunter2-bp"))
+    assert "hunter2" not in repr(asked)  # a request is printable: its secrets are not in it
+    files = render([group], tmp_path / "run", inventory, host_keys(hostvars, mitogen=True), asked)
     assert sorted(p.name for p in (tmp_path / "run" / "host_vars").iterdir()) == ["ok-1.yml"]
     assert yaml.safe_load((tmp_path / "run" / "host_vars" / "ok-1.yml").read_text()) == {
         "ansible_host_key_checking": False}
     role_vars = yaml.safe_load(files["vars"].read_text())
     assert role_vars["preflight_fast_reapply"] is False
     assert role_vars["preflight_full_reason"] == "--ask-jupyter-pass gave a password"
-    assert "secret" not in "".join(p.read_text() for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert "hunter2" not in "".join(p.read_text() for p in (tmp_path / "run").rglob("*") if p.is_file())
     gate = yaml.safe_load(files["playbook"].read_text())[1]
     assert gate["vars"]["preflight_lock_holder"]["pid"] == os.getpid()
-    assert full_reason(full=False, tags=None, jupyter_password=None) == ""  # each host's fingerprint decides
+    assert full_reason(ApplyRequest()) == ""  # each host's fingerprint decides
+    assert full_reason(ApplyRequest(full=True)) == "--full asked for it"
+    assert full_reason(ApplyRequest(tags="python_env")) == "--tags applies part of the plan"
