@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -85,9 +86,28 @@ def probe(host) -> dict:
         "http": http + [[_jupyter_url(), ""]] if jupyter else [],
         "http_status": HTTP_STATUS,
     }
-    out = host.run(f"{SYSTEM_PYTHON} -I -c {shlex.quote(HOST_PROBE)} {shlex.quote(json.dumps(questions))}")
+    try:
+        out = host.run(f"{SYSTEM_PYTHON} -I -c {shlex.quote(HOST_PROBE)} {shlex.quote(json.dumps(questions))}")
+    except Exception as exc:  # testinfra's connection through Ansible raises where it cannot connect
+        unreachable(str(exc))
+    if out.rc == SSH_FAILED:
+        unreachable(out.stderr)
     assert out.rc == 0, f"reading the host failed (exit {out.rc}): {out.stderr.strip()[-500:]}"
     return json.loads(out.stdout)
+
+
+# ssh's own exit status where it could not connect (or the connection broke): host_probe.py never exits with it.
+SSH_FAILED = 255
+
+
+def unreachable(words: str) -> NoReturn:
+    """The host could not be reached: say so as data (the file PROVISION_CHECK_REPORT names, {"unreachable":
+    the connection's own words}) and stop every check with exit 3, which provision.runners.testinfra reads as
+    "cannot run" (every check would fail on it alike)."""
+    report = os.environ.get("PROVISION_CHECK_REPORT")
+    if report:
+        Path(report).write_text(json.dumps({"unreachable": words}))
+    pytest.exit(f"cannot reach the host: {words.strip()[-300:]}", returncode=3)
 
 
 @pytest.mark.parametrize("package", _driver_packages())

@@ -8,7 +8,8 @@ What the roles hand the controller as data, with ansible.builtin.set_stats (per 
 result as the run goes, role_stats): the path a host takes and why (roles/preflight, STAT_PATH), why it was refused
 (roles/preflight and its gate, STAT_REFUSED), what a dry run cannot predict (a role in check mode, STAT_UNPREDICTABLE).
 As files: reports/HOST/verify.json, applied.json, ledger.json and notes.json (roles/host_record). In text only for a
-person: a failed task's message (a role's own failure begins "<role>: ").
+person: a failed task's message (a role's own failure, own_words, is told from the event's data: a fail or assert
+task of one of the roles).
 """
 
 from __future__ import annotations
@@ -125,11 +126,12 @@ _CAUSES = (
 )
 
 
-# A role's own failure names the cause and what to do itself: its rescue step ("cuda: task 'x' failed on h: <cause>
-# <module's words>") and its asserts ("nvidia_driver: h boots with Secure Boot on ... Enrol the key: `sudo mokutil
-# --import ...`"). Kept whole, up to ROLE_MESSAGE_MAX characters: the advice is at the end.
-_ROLE_FAILURE = re.compile(r"^(?:" + "|".join(sorted(
-    p.name for p in share_dir("roles").iterdir() if (p / "tasks" / "main.yml").is_file())) + r"): ")
+# A role's own failure names the cause and what to do itself: its rescue step (ansible.builtin.fail: "cuda: task 'x'
+# failed on h: <cause> <module's words>") and its asserts ("nvidia_driver: h boots with Secure Boot on ... Enrol the
+# key: `sudo mokutil --import ...`"). Told from the event's data, never from the words: a fail or assert task of one
+# of provision's roles (own_words). Kept whole, up to ROLE_MESSAGE_MAX characters: the advice is at the end.
+_OWN_ACTIONS = frozenset({"ansible.builtin.fail", "ansible.builtin.assert", "fail", "assert"})
+ROLES = frozenset(p.name for p in share_dir("roles").iterdir() if (p / "tasks" / "main.yml").is_file())
 ROLE_MESSAGE_MAX = 1200
 
 
@@ -150,21 +152,39 @@ def dpkg_script_error(text: str) -> str:
     return printable(" ".join(line.split()))[:ROLE_MESSAGE_MAX]
 
 
-def host_failure(first: tuple[str, str] | None, task: str, msg: str) -> tuple[str, str]:
-    """The (task, message) a host's summary line names: its first failure, unless a role's rescue said the cause in
-    its own words after it (a failure after another means the first was rescued); that line is the one a person
-    reads (python_env's full disk: the host, the file system, the room there and what the wheels take)."""
-    if first is None or (_ROLE_FAILURE.match(msg) and not _ROLE_FAILURE.match(first[1])):
-        return task, msg
+@dataclass(frozen=True)
+class Failure:
+    """A host's failed step: the task, its message, and whether a role said it in its own words (own_words)."""
+
+    task: str
+    msg: str
+    own: bool = False
+
+
+def own_words(data: dict[str, Any]) -> bool:
+    """Whether a failed task's event is one of provision's roles failing in its own words: an ansible.builtin.fail or
+    assert task of a role of the collection (ansible-runner's event data: resolved_action, role)."""
+    action = str(data.get("resolved_action") or data.get("task_action") or "")
+    role = str(data.get("resolved_role") or data.get("role") or "").rsplit(".", 1)[-1]
+    return action in _OWN_ACTIONS and role in ROLES
+
+
+def host_failure(first: Failure | None, then: Failure) -> Failure:
+    """The failure a host's summary line names: its first, unless a role's rescue said the cause in its own words
+    after it (a failure after another means the first was rescued); that line is the one a person reads (python_env's
+    full disk: the host, the file system, the room there and what the wheels take)."""
+    if first is None or (then.own and not first.own):
+        return then
     return first
 
 
-def failure_message(res: dict[str, Any]) -> str:
-    """One line for a failed task: the cause when the output shows a known one, then the module's own words."""
+def failure_message(res: dict[str, Any], own: bool = False) -> str:
+    """One line for a failed task: the role's own words where it said them (own_words), else the cause when the
+    output shows a known one, then the module's own words."""
     items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
     if items:  # a loop: the first failed item says what went wrong
-        return failure_message(items[0])
-    if _ROLE_FAILURE.match(str(res.get("msg") or "")):
+        return failure_message(items[0], own)
+    if own and res.get("msg"):
         # Kept whole: cutting it around a needle below would cut off the role's advice.
         return printable(" ".join(str(res["msg"]).split()))[:ROLE_MESSAGE_MAX]
     text = " ".join(str(res.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr", "reason"))
@@ -229,7 +249,8 @@ def task_name(data: dict[str, Any]) -> str:
 
 
 def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
-    """(host, task, state, message) for a task-result event, None for any other event."""
+    """(host, task, state, message) for a task-result event, None for any other event. A role's own failure
+    (own_words) is the message as the role wrote it."""
     state = _RESULT_EVENTS.get(event.get("event", ""))
     if state is None:
         return None
@@ -245,7 +266,7 @@ def task_line(event: dict[str, Any]) -> tuple[str, str, str, str] | None:
         if data.get("ignore_errors"):
             state = "ignored"
         # sudo's refusals arrive as failed tasks ("Missing sudo password"); they mean the same as for a connection.
-        msg = unreachable_message(res) if _is_become_failure(res) else failure_message(res)
+        msg = unreachable_message(res) if _is_become_failure(res) else failure_message(res, own_words(data))
     elif state == "unreachable":
         msg = unreachable_message(res)
     return data.get("host", "?"), task_name(data), state, msg
@@ -265,7 +286,7 @@ class Events:
                  on_start: Callable[[str], None] | None = None,
                  on_path: Callable[[str, str], None] | None = None) -> None:
         self.on_task, self.on_start, self.on_path = on_task, on_start, on_path
-        self.host_failures: dict[str, tuple[str, str]] = {}  # host -> (first failed task, msg)
+        self.host_failures: dict[str, Failure] = {}  # host -> the failure its summary line names (host_failure)
         self.lost: set[str] = set()  # hosts whose "failed" task was a lost connection (connection_lost)
         self.task_seconds: dict[str, float] = {}
         self.unpredicted: dict[str, list[str]] = {}
@@ -286,7 +307,8 @@ class Events:
         if isinstance(duration, (int, float)):
             self.task_seconds[task] = self.task_seconds.get(task, 0.0) + duration
         if state in ("failed", "unreachable"):
-            self.host_failures[host] = host_failure(self.host_failures.get(host), task, msg)
+            own = state == "failed" and own_words(event.get("event_data", {}))
+            self.host_failures[host] = host_failure(self.host_failures.get(host), Failure(task, msg, own))
             if state == "unreachable" and event.get("event") == "runner_on_failed":
                 self.lost.add(host)
         if self.on_task:
@@ -325,7 +347,8 @@ class Events:
         for group in groups:
             for host in group.hosts:
                 counts = per_host.get(host)
-                step, msg = self.host_failures.get(host, ("", ""))
+                failure = self.host_failures.get(host, Failure("", ""))
+                step, msg = failure.task, failure.msg
                 if counts is None:
                     result = "not run"
                     msg = msg or "Ansible did not reach this host (see the lines above)"

@@ -21,7 +21,7 @@ from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.image_hosts import check_commands
 from provision.models import Plan
 from provision.render.ansible import write_yaml
-from provision.ssh import NO_HOST_KEY_CHECKING, HostKeys, host_key_checking_off, host_key_refusal
+from provision.ssh import NO_HOST_KEY_CHECKING, HostKeys, host_key_checking_off, unreachable_message
 
 # Inventory variables that hold a password. testinfra's own connections cannot use them without exposing them (an SSH
 # password goes to `sshpass -p` on a command line) or at all (a become password: its `sudo` has no way to answer a
@@ -35,6 +35,15 @@ PASSWORD_VARS = frozenset({
 # other goes through Ansible.
 TESTINFRA_CONNECTIONS = frozenset({"smart", "ssh", "paramiko_ssh", "local", "docker", "community.docker.docker",
                                    "lxc", "lxd"})
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    """What the checks said as data (test_host.py writes it only where it has something to say)."""
+    try:
+        said = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return said if isinstance(said, dict) else {}
 
 
 def _truthy(value: Any) -> bool:
@@ -132,6 +141,7 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
         # an inventory plugin's file name still count.
         # The checks read the plan alone (as render_fleet writes plan.json): no playbook is rendered for them.
         plan_file = Path(tmp) / "plan.json"
+        report = Path(tmp) / "report.json"  # what the checks say as data (test_host.py `unreachable`)
         plan_file.write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
         if isinstance(inventory, dict):
             inventory_file = Path(tmp) / "inventory.yml"
@@ -154,6 +164,7 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
             # plugin could change how the checks run, and loading them all cost ~0.75 s of the fast re-apply.
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             "PROVISION_CHECK_PLAN": str(plan_file),
+            "PROVISION_CHECK_REPORT": str(report),
             # testinfra runs ansible-inventory (and ansible): the ones installed with this interpreter.
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "PROVISION_CHECK_SKIP_FRAMEWORKS": "1" if skip_frameworks else "0",
@@ -166,12 +177,13 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
         # In a session of its own (testinfra's ssh and ansible processes with it), stopped whole on Ctrl-C or SIGTERM
         # even from check_hosts' worker threads, and swept of anything it left when it ends (provision.procs).
         proc = procs.run(cmd, env=env)
+        said = _read_report(report)
     secrets = _secrets(hostvars) + ([become_password] if become_password else [])
     stdout, stderr = _redact(proc.stdout, secrets), _redact(proc.stderr, secrets)
-    refused = host_key_refusal(stdout + stderr) if proc.returncode != 0 else None
-    if refused:  # every check would fail on it: one line, as the apply says it, and "cannot run"
+    if "unreachable" in said:  # every check would fail on it: one line, as the apply says it, and "cannot run"
         if echo:
-            echo(f"cannot reach {host}: {refused}")
+            words = _redact(str(said["unreachable"]), secrets)
+            echo(f"cannot reach {host}: {unreachable_message({'msg': words})}")
         return EXIT_EXTERNAL
     for line in stdout.splitlines():
         if echo and (" PASSED" in line or " FAILED" in line or " SKIPPED" in line or line.startswith(("E ", "/"))

@@ -153,6 +153,26 @@ def test_the_suite_runs_through_the_inventory_and_can_go_red(tmp_path: Path, des
     assert not any("curl" in line for line in lines)
 
 
+def test_a_host_the_checks_cannot_reach_is_one_line_and_exit_3(tmp_path: Path, deskmini: Plan) -> None:
+    """Nothing listens on the inventory's SSH port: the checks' first read of the host says so as data (test_host.py
+    `unreachable`: the report file, exit 3), and provision prints one line with the cause, never a list of failed
+    checks (issue 54 part 6: no decision from pytest's output)."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: bound, then closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    inv = tmp_path / "inv.yml"
+    inv.write_text(f"all:\n  hosts:\n    far:\n      ansible_host: 127.0.0.1\n      ansible_port: {port}\n"
+                   "      ansible_user: nobody\n      ansible_connection: ssh\n")
+    lines: list[str] = []
+    code = run_check(deskmini, inv, "far", hostvars=inventory_hostvars(inv)["far"], skip_frameworks=True,
+                     echo=lines.append)
+    assert code == 3, "\n".join(lines)
+    assert lines == ["cannot reach far: nothing accepts SSH connections at the host's address and port (is sshd "
+                     "running, is ansible_port right?)"], lines
+
+
 # --- the HTTP probe the checks run on the host -------------------------------------------------------------------
 
 

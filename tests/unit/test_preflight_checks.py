@@ -315,16 +315,49 @@ def test_the_preflight_refuses_foreign_unfinished_work_and_passes_provisions_on(
 
 
 def test_a_roles_own_line_after_a_rescued_failure_is_the_one_the_summary_names():
-    from provision.pipeline.events import host_failure
+    from provision.pipeline.events import Failure, host_failure
 
-    pip = ("venv | Install the requirements from the default index", "the disk is full on the host: [Errno 28] ...")
-    own = ("venv | Stop where the disk is full, naming how much room the wheels need",
-           "python_env: the disk is full on h: pip could not install the planned wheels into /opt/provision/venv: ...")
-    assert host_failure(None, *pip) == pip
-    assert host_failure(pip, *own) == own  # the rescue's words replace the module's
-    assert host_failure(own, *pip) == own  # never the other way
-    later = ("venv | Stop with pip's own words", "the disk is full on the host: [Errno 28] ...")
-    assert host_failure(pip, *later) == pip  # a module's words after another's: the first failure stays
+    pip = Failure("venv | Install the requirements from the default index", "the disk is full on the host: [Errno 28] ...")
+    own = Failure("venv | Stop where the disk is full, naming how much room the wheels need",
+                  "python_env: the disk is full on h: pip could not install the planned wheels into /opt/provision/venv: ...",
+                  own=True)
+    assert host_failure(None, pip) == pip
+    assert host_failure(pip, own) == own  # the rescue's words replace the module's
+    assert host_failure(own, pip) == own  # never the other way
+    later = Failure("venv | Stop with pip's own words", "the disk is full on the host: [Errno 28] ...")
+    assert host_failure(pip, later) == pip  # a module's words after another's: the first failure stays
+
+
+def _failed(action: str, role: str | None, msg: str) -> dict:
+    data = {"host": "h", "task": "t", "task_action": action, "resolved_action": action,
+            "res": {"failed": True, "msg": msg}}
+    return {"event": "runner_on_failed", "event_data": data | ({"role": role} if role else {})}
+
+
+def test_a_roles_own_words_are_told_from_the_events_data_not_its_words():
+    """A fail or assert task of one of provision's roles is the role's own words, whatever they begin with; the same
+    words from another action, or from a task outside the roles, are not (issue 54 part 6)."""
+    from provision.pipeline.events import Events, own_words, task_line
+
+    words = "nvidia_driver: h boots with Secure Boot on. " + "x" * 400 + " Enrol the key: `sudo mokutil --import k`"
+    assert own_words(_failed("ansible.builtin.assert", "nvidia_driver", words)["event_data"])
+    assert own_words(_failed("ansible.builtin.fail", "apt_packages", "cuda: task 'x' failed")["event_data"])
+    assert own_words(_failed("fail", "provision.gpu.cuda", "anything")["event_data"])  # as a collection's role
+    assert not own_words(_failed("ansible.builtin.debug", "python_env", words)["event_data"])  # a re-raise
+    assert not own_words(_failed("ansible.builtin.fail", None, words)["event_data"])  # the playbook's own task
+    assert not own_words(_failed("ansible.builtin.fail", "someone_elses", words)["event_data"])
+    assert not own_words(_failed("ansible.builtin.apt", "nvidia_driver", words)["event_data"])
+    # Kept whole (the advice is at its end) only where it is the role's.
+    assert task_line(_failed("ansible.builtin.assert", "nvidia_driver", words))[3].endswith("--import k`")
+    # A role's words that do not begin with its name count too; a module's that do, do not.
+    events = Events()
+    events(_failed("ansible.builtin.apt", "nvidia_driver", "nvidia_driver: looks like a role's, is apt's"))
+    events(_failed("ansible.builtin.assert", "cuda", "CUDA 12.4 is not what the plan says"))
+    assert events.host_failures["h"].msg == "CUDA 12.4 is not what the plan says"
+    events = Events()
+    events(_failed("ansible.builtin.apt", "nvidia_driver", "E: Unable to locate package nvidia-driver"))
+    events(_failed("ansible.builtin.debug", "python_env", "nvidia_driver: a re-raise of the module's words"))
+    assert events.host_failures["h"].msg.endswith("E: Unable to locate package nvidia-driver")
 
 
 @pytest.mark.parametrize(("text", "record", "words"), [

@@ -55,13 +55,19 @@ def test_escape_sequences_a_host_printed_never_reach_the_terminal_raw() -> None:
 
 def test_a_roles_own_failure_is_kept_whole_with_its_advice_at_the_end() -> None:
     """Found by the Secure Boot VM test: nvidia_driver's refusal was cut at 300 characters, before the command that
-    enrols the key. A role's own words ("<role>: ...") are kept whole; anything else is still one short line."""
+    enrols the key. A role's own words (a fail or assert task of one of the roles) are kept whole; anything else is
+    still one short line."""
     advice = "Enrol the key: `sudo mokutil --import /var/lib/dkms/mok.pub`, reboot, then apply again."
     msg = "nvidia_driver: gpu1 boots with Secure Boot on and its firmware does not trust the key; " + "x" * 500 + advice
-    _, _, state, line = task_line(event("runner_on_failed", msg))
+    own = event("runner_on_failed", msg)
+    own["event_data"] |= {"role": "nvidia_driver", "task_action": "ansible.builtin.assert",
+                          "resolved_action": "ansible.builtin.assert"}
+    _, _, state, line = task_line(own)
     assert state == "failed" and line.endswith(advice)
     _, _, _, other = task_line(event("runner_on_failed", "some module: " + "y" * 500 + advice))
     assert len(other) < 400 and advice not in other
+    _, _, _, same_words = task_line(event("runner_on_failed", msg))  # the words alone, from no role's fail or assert
+    assert len(same_words) < 400 and advice not in same_words
 
 
 def test_a_task_of_a_collection_role_reads_as_before():
