@@ -311,16 +311,20 @@ def write_standalone(out_dir: str | Path, files: dict[str, Path], *, profile: st
     args = [str(Path(profile).resolve()), *(["--os", os_override] if os_override else []),
             *(["--skip-frameworks"] if skip_frameworks else []), *(["--base-image", base_image] if base_image else [])]
     docker_build = shlex.join(["docker", "build", "-t", image_tag, str(out)])
+    # The wheel steps bind-mount the wheels from the context (RUN --mount), which only BuildKit builds.
+    buildkit = ("It builds with BuildKit, Docker's default builder since Engine 23 (on 18.09-22, set "
+                "DOCKER_BUILDKIT=1): the wheel steps mount the wheels from the context instead of copying them into "
+                "a layer.\n")
     if image_context:
         docker = (f"    {docker_build}\n\n"
                   "The build context (wheels/, provision/, docker/) is in this directory; the wheels were downloaded "
-                  "for the base image's Python and C library.\n")
+                  "for the base image's Python and C library. " + buildkit)
     else:
         docker = (f"    {shlex.join(['provision', 'render', *args, '-o', str(out), '--image-context'])}\n"
                   f"    {docker_build}\n\n"
                   "The Dockerfile installs the plan's wheels from its build context (no step needs the network); "
                   "`--image-context` downloads them into this directory first, beside provision/ and docker/. "
-                  f"`{shlex.join(['provision', 'build', *args])}` does both in one step.\n")
+                  f"`{shlex.join(['provision', 'build', *args])}` does both in one step. " + buildkit)
     written["readme"] = out / "README.md"
     written["readme"].write_text(
         f"# Rendered by provision from {printable(profile)}\n\n"

@@ -37,29 +37,35 @@ RUN /usr/bin/python3 -m venv /opt/provision/venv
 # large; changes with the framework pin, less often than the tools after it.
 # Downloaded on the controller from https://pypi.jetson-ai-lab.dev/jp6/cu126.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/framework-pytorch/ /tmp/wheels/framework-pytorch/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/framework-pytorch,target=/tmp/wheels/framework-pytorch \
+    /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --find-links /tmp/wheels/framework-pytorch --require-hashes \
-      --requirement /tmp/wheels/framework-pytorch/requirements.lock \
- && rm -rf /tmp/wheels/framework-pytorch
+      --requirement /tmp/wheels/framework-pytorch/requirements.lock
 
 # the verification program's NVRTC and NumPy:
 # `python -m provision.verify` compiles its kernels with NVRTC and checks the results with NumPy.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/verify/ /tmp/wheels/verify/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/verify,target=/tmp/wheels/verify \
+    /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --find-links /tmp/wheels/verify --require-hashes \
-      --requirement /tmp/wheels/verify/requirements.lock \
- && rm -rf /tmp/wheels/verify
+      --requirement /tmp/wheels/verify/requirements.lock
 
 # JupyterLab:
 # the wheels most likely to change, so they come last.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/jupyter/ /tmp/wheels/jupyter/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/jupyter,target=/tmp/wheels/jupyter \
+    /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --find-links /tmp/wheels/jupyter --require-hashes \
-      --requirement /tmp/wheels/jupyter/requirements.lock \
- && rm -rf /tmp/wheels/jupyter
+      --requirement /tmp/wheels/jupyter/requirements.lock
 
 # One Jupyter kernel, named for what it runs (python3, the spec ipykernel installs, rewritten with the plan's name),
 # and JupyterLab's news prompt and update check off (its settings, and the announcements plugin disabled in its page

@@ -35,16 +35,18 @@ RUN /usr/bin/python3 -m venv /opt/provision/venv
 # the installer, uv 0.13.9:
 # it installs every group below; it changes only with data/installer.yaml.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/installer/ /tmp/wheels/installer/
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
 # uv's wheel, pinned by its sha256 (data/installer.yaml), installed by the environment's pip with that hash
 # required, root-owned under /usr/local/lib/provision/uv/0.13.9, in this stage only: the runtime stage copies the environment,
 # which keeps its own pip, not the installer. uv installs each group below with the hashes required, and, as
 # pip's --no-compile did here, does not byte-compile: the image stays smaller, the first import compiles.
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+RUN --mount=type=bind,source=wheels/installer,target=/tmp/wheels/installer \
+    /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --no-deps --target /usr/local/lib/provision/uv/0.13.9 \
       --find-links /tmp/wheels/installer --require-hashes \
       --requirement /tmp/wheels/installer/requirements.lock \
- && rm -rf /tmp/wheels/installer \
  && /usr/local/lib/provision/uv/0.13.9/bin/uv --version
 
 # CUDA user-space and cuDNN from PyPI wheels:
@@ -52,44 +54,52 @@ RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-
 # Exactly the planned wheels (--no-deps): their declared dependencies are pinned in the same list, and
 # anything else would be a version the plan did not choose.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/cuda/ /tmp/wheels/cuda/
-RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/cuda,target=/tmp/wheels/cuda \
+    /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
       --no-index --no-cache --link-mode=copy \
       --no-deps \
       --find-links /tmp/wheels/cuda --require-hashes \
-      --requirement /tmp/wheels/cuda/requirements.lock \
- && rm -rf /tmp/wheels/cuda
+      --requirement /tmp/wheels/cuda/requirements.lock
 
 # torch 2.14.1 (cu126):
 # large; changes with the framework pin, less often than the tools after it.
 # Downloaded on the controller from https://download.pytorch.org/whl/cu126.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/framework-pytorch/ /tmp/wheels/framework-pytorch/
-RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/framework-pytorch,target=/tmp/wheels/framework-pytorch \
+    /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
       --no-index --no-cache --link-mode=copy \
       --find-links /tmp/wheels/framework-pytorch --require-hashes \
-      --requirement /tmp/wheels/framework-pytorch/requirements.lock \
- && rm -rf /tmp/wheels/framework-pytorch
+      --requirement /tmp/wheels/framework-pytorch/requirements.lock
 
 # the verification program's NVRTC and NumPy:
 # `python -m provision.verify` compiles its kernels with NVRTC and checks the results with NumPy.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/verify/ /tmp/wheels/verify/
-RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/verify,target=/tmp/wheels/verify \
+    /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
       --no-index --no-cache --link-mode=copy \
       --find-links /tmp/wheels/verify --require-hashes \
-      --requirement /tmp/wheels/verify/requirements.lock \
- && rm -rf /tmp/wheels/verify
+      --requirement /tmp/wheels/verify/requirements.lock
 
 # JupyterLab:
 # the wheels most likely to change, so they come last.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/jupyter/ /tmp/wheels/jupyter/
-RUN /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/jupyter,target=/tmp/wheels/jupyter \
+    /usr/local/lib/provision/uv/0.13.9/bin/uv pip install --python /opt/provision/venv/bin/python \
       --no-index --no-cache --link-mode=copy \
       --find-links /tmp/wheels/jupyter --require-hashes \
-      --requirement /tmp/wheels/jupyter/requirements.lock \
- && rm -rf /tmp/wheels/jupyter
+      --requirement /tmp/wheels/jupyter/requirements.lock
 
 # One Jupyter kernel, named for what it runs (python3, the spec ipykernel installs, rewritten with the plan's name),
 # and JupyterLab's news prompt and update check off (its settings, and the announcements plugin disabled in its page

@@ -35,11 +35,13 @@ RUN /usr/bin/python3 -m venv /opt/provision/venv
 # the verification program's NVRTC and NumPy:
 # `python -m provision.verify` compiles its kernels with NVRTC and checks the results with NumPy.
 # requirements.lock pins every wheel of the directory by version and sha256, as downloaded (--require-hashes).
-COPY wheels/verify/ /tmp/wheels/verify/
-RUN /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
+# The wheels are bind-mounted from the build context for this step only (BuildKit's RUN --mount, read-only), not
+# copied into a layer: the build cache does not keep a second copy of them, and the step is still rebuilt when any
+# of them changes (the mount's content is part of the step's cache key).
+RUN --mount=type=bind,source=wheels/verify,target=/tmp/wheels/verify \
+    /opt/provision/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check --no-compile \
       --find-links /tmp/wheels/verify --require-hashes \
-      --requirement /tmp/wheels/verify/requirements.lock \
- && rm -rf /tmp/wheels/verify
+      --requirement /tmp/wheels/verify/requirements.lock
 
 # --- Stage 2: the image that runs -----------------------------------------------------------------------------
 # Runtime only (plan.image.devel is false): no compiler toolchain is installed in this stage.

@@ -155,7 +155,9 @@ def test_plain_debian_base_installs_cuda_as_planned() -> None:
     names = [g.name for g in wheel_groups(plan)]
     assert names == ["cuda", "framework-pytorch", "verify", "jupyter"]
     assert set(wheel_groups(plan)[0].requirements) == {*plan.cuda.packages, *plan.cudnn.packages}
-    assert "COPY wheels/cuda/" in text
+    assert "RUN --mount=type=bind,source=wheels/cuda,target=/tmp/wheels/cuda " in text
+    # Mounted for their step, never copied into a layer, so no step removes them either.
+    assert "COPY wheels/" not in text and "rm -rf /tmp/wheels" not in text
 
 
 def test_nvidia_cuda_base_does_not_reinstall_cuda() -> None:
@@ -249,7 +251,7 @@ def test_cudnn_base_gets_no_cudnn_wheels() -> None:
     fw = _framework_group(plan)
     assert fw.leave_out == (CUDNN_WHEEL_PREFIX,) and fw.install_no_deps
     text = render_dockerfile(plan)
-    fw_step = text.split(f"COPY wheels/{fw.name}/", 1)[1].split("\n\n", 1)[0]
+    fw_step = text.split(f"RUN --mount=type=bind,source=wheels/{fw.name},", 1)[1].split("\n\n", 1)[0]
     assert "      --no-deps \\\n" in fw_step
     assert _label(text, "io.provision.cudnn.source") == "base-image"
     assert re.search(r"^# cuDNN: the base image's .*nvidia-cudnn-\* wheels are left out\.$", text, re.M)

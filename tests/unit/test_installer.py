@@ -63,7 +63,8 @@ def test_every_wheel_in_the_image_is_installed_with_its_hash_required():
     for block in runs:
         assert "--require-hashes" in block and "--no-index" in block and " install " in block
     for block, group in zip(runs[1:], groups[1:], strict=True):
-        assert block.startswith(f"RUN {uv.binary} pip install --python {plan.python.venv}/bin/python ")
+        assert block.startswith(f"RUN --mount=type=bind,source=wheels/{group.name},target=/tmp/wheels/{group.name} \\\n"
+                                f"    {uv.binary} pip install --python {plan.python.venv}/bin/python ")
         assert f"--find-links /tmp/wheels/{group.name} " in block
         assert ("--no-deps" in block) == group.install_no_deps
     # The runtime stage copies the environment, not the installer.
