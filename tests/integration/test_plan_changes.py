@@ -1,13 +1,9 @@
-"""Machines with a history (issue 28): on one Debian 13 host over SSH, the DeskMini plan (CUDA 12.6 from PyPI),
+"""Machines with a history (issue 28): on one stock Debian 13 host over SSH, the DeskMini plan (CUDA 12.6 from PyPI),
 then the same profile with `frameworks: []` (CUDA 12.4 from Debian), then the first again, then `provision destroy`.
 
 Each change converges in one apply whose check passes; the next apply changes nothing; a file planted in the
 account's home stays. What the ledger says provision put there for the old plan goes (the CUDA wheels, then Debian's
 CUDA packages). After destroy, `dpkg -l` and /etc are the stock host's, plus only what the test did by hand.
-
-The host starts as the session's converged DeskMini host (tests/support/snapshot.py, issue 52): a stock host, listed
-before anything was applied (that listing is what destroy is compared with), then applied from bare; that apply is
-test_apply.py's subject, so the DeskMini plan's first apply here takes the fast path.
 
 Frameworks are skipped (--skip-frameworks) as in test_apply.py: torch's 2.5 GB of wheels would dominate the run,
 and the PyPI CUDA wheels the DeskMini plan installs itself (the cuda role) show the same transition: with them left
@@ -25,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import snapshot
 from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +38,10 @@ def _uv() -> str:
 
 
 UV = _uv()
+# Files under /etc that the tools rewrite whatever the content: the linker's cache (ldconfig after every package
+# change) and the account tools' backups (useradd and userdel copy passwd to passwd-).
+REWRITTEN = re.compile(r"^/etc/(ld\.so\.cache|(passwd|group|shadow|gshadow|subuid|subgid)-)$")
+
 # The CUDA round trip and destroy are the default command's (3 min 44 s on 2 cores); the others are `long`.
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -67,18 +66,24 @@ def changed(stdout: str) -> int:
     return int(match.group(1))
 
 
-def listing() -> dict:
-    """dpkg's installed packages with versions, and every path under /etc with its type and content's sha256
-    (tests/support/snapshot.py's listing, which the stock host's was taken with)."""
-    return snapshot.listing(NAME)
+def snapshot() -> dict:
+    """dpkg's installed packages with versions, and every path under /etc with its type and content's sha256."""
+    dpkg = sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n'").stdout.splitlines()
+    etc = sh("find /etc -xdev \\( -type f -exec sha256sum {} + \\) -o \\( ! -type f -printf 'other  %p\\n' \\)")
+    files = {}
+    for line in etc.stdout.splitlines():
+        digest, path = line.split(None, 1)
+        if not REWRITTEN.match(path):
+            files[path] = digest
+    return {"dpkg": sorted(dpkg), "etc": files}
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory, converged_deskmini):
-    """The session's converged DeskMini host (tests/support/snapshot.py: a stock host, listed, then applied from
-    bare; test_apply.py asserts that apply), started under this module's name, with the stock host's listing; the
-    other profiles beside it."""
+def host(tmp_path_factory):
+    """A stock host, started and snapshotted before any apply; the profile without frameworks beside it."""
     from provision import sandbox
+    from provision.pipeline.plan import plan_for
+    from provision.pipeline.run import start_sandbox
 
     tmp = tmp_path_factory.mktemp("changes")
     env = os.environ | {"PROVISION_STATE": str(tmp / "state")}
@@ -90,8 +95,8 @@ def host(tmp_path_factory, converged_deskmini):
     no_jupyter.write_text(PROFILE.read_text().replace("jupyter: {port: 8888,", "jupyter: {enabled: false, port: 8888,"))
     assert "enabled: false" in no_jupyter.read_text()
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True)
-    snapshot.start(NAME, converged_deskmini)
-    stock = snapshot.stock(NAME)
+    start_sandbox(plan_for(PROFILE, os_override="debian-13"), NAME)
+    stock = snapshot()
     renamed = tmp / "deskmini-ada.yaml"
     renamed.write_text(PROFILE.read_text().replace("  user: ml\n", "  user: ada\n"))
     assert "user: ada" in renamed.read_text()
@@ -138,8 +143,7 @@ def converges(host: dict, profile: str, keep: str = KEEP, password: str | None =
 
 
 def test_pypi_cuda_to_debian_and_back_then_destroy(host):
-    # 1. The DeskMini plan (CUDA 12.6 from PyPI), as the host has it from its apply from bare: this apply takes the
-    # fast path, its check passes. Then a file of the account's own in its home.
+    # 1. The DeskMini plan: CUDA 12.6 from PyPI. Then a file of the account's own in its home.
     first = apply(host, host["a"])
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert sh(f"mkdir -p {KEEP.rsplit('/', 1)[0]} && echo mine > {KEEP}", user="ml").returncode == 0
@@ -180,7 +184,7 @@ def test_pypi_cuda_to_debian_and_back_then_destroy(host):
     assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-3000:]
     assert sh(f"cat {KEEP}").stdout == "mine\n"  # the home stays without --purge-home
     assert sh("test -e /usr/local/lib/provision/uv").returncode != 0, sh("ls -laR /usr/local/lib/provision").stdout
-    after = listing()
+    after = snapshot()
     assert after["dpkg"] == host["stock"]["dpkg"], sorted(set(after["dpkg"]) ^ set(host["stock"]["dpkg"]))
     differ = {p for p in set(after["etc"]) | set(host["stock"]["etc"])
               if after["etc"].get(p) != host["stock"]["etc"].get(p)}

@@ -9,10 +9,9 @@ user's key and sudo rule written again, its host key pinned for the new port); t
 left on it are the host's, so its next apply takes the fast path. The from-bare apply itself stays covered where it
 is the subject: test_apply.py (the session's DeskMini host, which makes this image: tests/integration/conftest.py's
 deskmini_apply), test_dpkg_interrupted.py (an apply from a stock host whose check passes, and the final block it
-prints), test_collection_playbook.py, test_faults.py, test_host_lock.py, test_power_cut.py's bare point and the
-others that apply to a stock host. Users: test_fast_reapply.py, test_power_cut.py (its default point),
-test_browser.py, test_plan_changes.py (which compares the host after destroy with the stock host's listing, STOCK,
-kept in the image; docs/testing.md, "Issue 52: less work", says which modules were moved and why).
+prints), test_collection_playbook.py, test_faults.py, test_host_lock.py, test_plan_changes.py, test_power_cut.py's
+bare point and the others that apply to a stock host. Users: test_fast_reapply.py, test_power_cut.py (its default
+point), test_browser.py (docs/testing.md, "Issue 52: less work", says which modules were moved and why).
 
 Made once per session (PROVISION_TEST_SESSION_START, which scripts/test.sh exports to every worker): whoever needs it
 first makes it under a lock on the controller, the others wait for it and find it. tests/conftest.py removes it when
@@ -21,9 +20,7 @@ the session ends.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -41,52 +38,9 @@ SESSION_LABEL = "io.provision.test.session"
 APPLY = [str(ROOT / "profiles/deskmini.yaml"), "--os", "debian-13", "--skip-frameworks", "--yes", "--skip-check"]
 
 
-# What the stock host held before the apply, kept in the image (STOCK) for the tests that compare a host with it
-# after `provision destroy` (test_plan_changes.py): dpkg's installed packages with versions, and every path under /etc
-# with its type and content's sha256. Files the tools rewrite whatever the content are left out: the linker's cache
-# (ldconfig after every package change) and the account tools' backups (useradd and userdel copy passwd to passwd-);
-# so are the files Docker writes for each container (its name, its address), which a host started from the image
-# under another name has of its own.
-STOCK = "/.provision-test-stock.json"
-NOT_COMPARED = re.compile(r"^/etc/(ld\.so\.cache|(passwd|group|shadow|gshadow|subuid|subgid)-|hostname|hosts|resolv\.conf)$")
-
-
-def listing(name: str) -> dict:
-    """Sandbox `name`'s packages and /etc as STOCK holds them."""
-    def sh(command: str) -> str:
-        proc = subprocess.run(["docker", "exec", name, "sh", "-c", command], capture_output=True, text=True,
-                              timeout=600)
-        assert proc.returncode == 0, f"{name}: {command}: {proc.stderr.strip()}"
-        return proc.stdout
-
-    dpkg = sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n'").splitlines()
-    etc = sh("find /etc -xdev \\( -type f -exec sha256sum {} + \\) -o \\( ! -type f -printf 'other  %p\\n' \\)")
-    files = {}
-    for line in etc.splitlines():
-        digest, path = line.split(None, 1)
-        if not NOT_COMPARED.match(path):
-            files[path] = digest
-    return {"dpkg": sorted(dpkg), "etc": files}
-
-
-def stock(name: str) -> dict:
-    """The listing of the stock host that sandbox `name`, started from the image, was before the apply."""
-    proc = subprocess.run(["docker", "exec", name, "cat", STOCK], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, f"{name}: {STOCK}: {proc.stderr.strip()}"
-    return json.loads(proc.stdout)
-
-
 def apply_from_bare(name: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`provision apply` APPLY to a new stock sandbox `name` (a stale one of that name removed first), started with
-    `provision sandbox up` and listed into STOCK before the apply (a file of the test's, outside what provision
-    reads or writes)."""
+    """`provision apply` APPLY to a new sandbox `name` (a stale one of that name removed first)."""
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)
-    up = subprocess.run([sys.executable, "-m", "provision", "sandbox", "up", name, "--os", "debian-13"],
-                        capture_output=True, text=True, timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env=env)
-    if up.returncode != 0:
-        return up
-    subprocess.run(["docker", "exec", "-i", name, "sh", "-c", f"cat > {STOCK}"], input=json.dumps(listing(name)),
-                   text=True, check=True, capture_output=True, timeout=60)
     return subprocess.run([sys.executable, "-m", "provision", "apply", *APPLY[:1], "--sandbox", name, *APPLY[1:]],
                           capture_output=True, text=True, timeout=1800, cwd=ROOT, stdin=subprocess.DEVNULL, env=env)
 
