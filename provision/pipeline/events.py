@@ -188,7 +188,7 @@ def failure_message(res: dict[str, Any], own: bool = False) -> str:
         # Kept whole: cutting it around a needle below would cut off the role's advice.
         return printable(" ".join(str(res["msg"]).split()))[:ROLE_MESSAGE_MAX]
     text = " ".join(str(res.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr", "reason"))
-    own = one_line(res.get("msg") or res.get("stderr") or res.get("module_stderr") or res.get("reason") or "")
+    words = one_line(res.get("msg") or res.get("stderr") or res.get("module_stderr") or res.get("reason") or "")
     if "returned an error code" in text:
         script = dpkg_script_error("\n".join(str(res.get(k) or "") for k in ("stdout", "msg", "stderr")))
         if script:
@@ -196,10 +196,10 @@ def failure_message(res: dict[str, Any], own: bool = False) -> str:
     for needle, cause in _CAUSES:
         if needle in text:
             # The module's message often starts with pages of progress; keep the part that names the error.
-            at = own.find(needle)
-            detail = own[max(0, at - 120):at + 180] if at > 120 else own[:300]
+            at = words.find(needle)
+            detail = words[max(0, at - 120):at + 180] if at > 120 else words[:300]
             return f"{cause}: {detail}"
-    return own
+    return words
 
 
 # A host that disappears mid-task (powered off, its network gone, `docker kill`) is unreachable, but Mitogen reports

@@ -45,8 +45,10 @@ def test_the_image_context_holds_every_copy_source(tmp_path: Path):
     proc = _render(out, "--image-context")
     assert proc.returncode == 0, proc.stderr[-2000:]
     dockerfile = (out / "Dockerfile").read_text()
-    sources = re.findall(r"^COPY (?!--from)(\S+) ", dockerfile, re.M)
-    assert sources and "wheels/cuda/" in sources
+    # What the build reads from the context: COPY's sources and the wheel steps' bind mounts (RUN --mount).
+    sources = (re.findall(r"^COPY (?!--from)(\S+) ", dockerfile, re.M)
+               + re.findall(r"^RUN --mount=type=bind,source=([^,\s]+),", dockerfile, re.M))
+    assert sources and "wheels/cuda" in sources
     for source in sources:
         assert (out / source).exists(), source
     for group in (p for p in sources if p.startswith("wheels/")):
