@@ -153,7 +153,7 @@ def destroy(found: Targets, pre: Preflight, request: ApplyRequest) -> FleetResul
         if not sandbox.is_running(found.sandbox):
             raise UsageError(f"destroy --sandbox {found.sandbox}: the sandbox is not running")
         found = replace(found, inventory=sandbox.inventory([found.sandbox]))
-    fleet = execute(found, pre.host_keys, Events(), request)
+    fleet = execute(found, pre.host_keys, Events(), replace(request, destroy=True))
     for host, result in fleet.hosts.items():
         if result.result == "ok" and not request.dry_run:
             tunnel.stop(host)
