@@ -19,15 +19,13 @@ from provision.errors import EXIT_FAILED, EXIT_OK, ProvisionError, RunFailed, Us
 from provision.pipeline.check import Beside, check_hosts, checks_exit_code
 from provision.pipeline.connect import connect, read_tokens
 from provision.pipeline.events import Events, FleetResult
-from provision.pipeline.preflight import Preflight, locks
+from provision.pipeline.preflight import Preflight, keyed, locks
 from provision.pipeline.record import interrupted, record
 from provision.pipeline.render import inputs, render
 from provision.pipeline.report import ready_blocks
 from provision.pipeline.run import run, start_sandbox
 from provision.pipeline.targets import Targets
 from provision.request import ApplyRequest
-from provision.runners.ansible import mitogen_connections
-from provision.ssh import HostKeys, host_keys
 
 
 class Activity(Protocol):
@@ -60,40 +58,39 @@ class ApplyOutcome:
     check_skipped: str = ""  # why provision check did not run after a playbook that succeeded, when not asked
     exit_code: int = EXIT_OK
     error: ProvisionError | None = None  # to report as the last line (a red check)
-    host_keys: dict[str, HostKeys] = field(default_factory=dict)  # as the run reached the hosts (stage connect)
     # Jupyter tokens read beside a fast-path playbook (host -> token), for stage connect; in memory only.
     tokens: dict[str, str] = field(default_factory=dict, repr=False)
-    targets: Targets | None = None  # as the run reached them (a sandbox started by it: its address)
+    targets: Targets | None = None  # as the run reached them (a sandbox started by it: its address and host keys)
 
 
-def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, request: ApplyRequest) -> ApplyOutcome:
-    """After the prompt: start the sandbox (if it is one), run the playbook on every host, then `provision check` on
+def run_apply(pre: Preflight, display: ApplyDisplay, request: ApplyRequest) -> ApplyOutcome:
+    """After the prompt, on the targets as the preflight reached them (pre.targets): start the sandbox (if it is
+    one), run the playbook on every host, then `provision check` on
     them unless --skip-check, --dry-run or --tags say otherwise (request.checks_after). request.full: every role on
     every host (no fast path). Exit: the playbook's (0 ok, 1 a host failed, 2 refused, 3 unreachable), then the
     checks' (1 red, 3 could not run)."""
     took: dict[str, float] = {"started": time.monotonic()}
-    keys = pre.host_keys
+    found = pre.targets
     if found.sandbox:
         with display.phase(f"starting sandbox {found.sandbox}") as activity:
             reach = start_sandbox(found.groups[0].plan, found.sandbox, log=activity.log, progress=activity.update)
         took["sandbox start"] = time.monotonic() - took["started"]
-        if reach != found.inventory:  # started now: its address, and so its policy, is known from here on
-            found = replace(found, inventory=reach)
-            keys = host_keys(found.hostvars(), mitogen=mitogen_connections())
+        if reach != found.inventory:  # started now: its address, and so its host-key policy, is known from here on
+            found = keyed(found.at(reach))
     checking = request.checks_after
+    reached = found
 
     def checks(echo: Callable[[str], None]) -> dict[str, int]:
-        return check_hosts(found.groups, found.inventory, found.hosts, keys, skip_frameworks=request.skip_frameworks,
-                           echo=echo, secrets=request.secrets)
+        return check_hosts(reached, skip_frameworks=request.skip_frameworks, echo=echo, secrets=request.secrets)
 
-    beside = Beside(found.hosts, checks, lambda: read_tokens(found.groups, keys)) if checking else None
+    beside = Beside(found.hosts, checks, lambda: read_tokens(reached)) if checking else None
     with display.phase("starting ansible-playbook") as activity:
         progress = _Progress(activity, took)
         reader = Events(on_task=display.task, on_start=progress, on_path=beside.path if beside else None)
-        fleet = execute(found, keys, reader, request, on_note=activity.log, log=progress.fetching)
+        fleet = execute(found, reader, request, on_note=activity.log, log=progress.fetching)
     took["Ansible"] = fleet.seconds
     display.playbook_done(fleet)
-    outcome = ApplyOutcome(fleet, took, host_keys=keys, tokens=_tokens(beside), targets=found)
+    outcome = ApplyOutcome(fleet, took, tokens=_tokens(beside), targets=found)
     if fleet.exit_code != EXIT_OK:
         if beside:
             beside.close()  # the checks started beside it end before this does
@@ -119,21 +116,20 @@ def run_apply(found: Targets, pre: Preflight, display: ApplyDisplay, request: Ap
     return outcome
 
 
-def execute(found: Targets, keys: dict[str, HostKeys], reader: Events, request: ApplyRequest, *,
-            on_note: Callable[[str], None] | None = None, log: Callable[[str], None] | None = None) -> FleetResult:
+def execute(found: Targets, reader: Events, request: ApplyRequest, *, on_note: Callable[[str], None] | None = None,
+            log: Callable[[str], None] | None = None) -> FleetResult:
     """locks → inputs → render → run → events → record, for apply and destroy (request.destroy: the playbook only
     removes what each host's ledger lists, and the hosts' records go). Whether a host may take the fast path:
     render.full_reason of the request (docs/hosts.md). on_note: a lock taken over; log: the inputs' fetching."""
     fleet = FleetResult(groups=found.groups)
     with locks(found, on_note=on_note):
-        fetched = {} if request.destroy else inputs(found.groups, sandboxes=found.in_sandbox(),
-                                                    skip_frameworks=request.skip_frameworks, log=log)
+        fetched = {} if request.destroy else inputs(found, skip_frameworks=request.skip_frameworks, log=log)
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = Path(tmp)
-            files = render(found.groups, work, found.inventory, keys, request, interpreters=fetched)
+            files = render(found, work, request, interpreters=fetched)
             inventory = found.inventory if isinstance(found.inventory, Path) else files["inventory"]
             try:
-                ran = run(work, inventory, found.hosts, keys, request, on_event=reader)
+                ran = run(work, inventory, found, request, on_event=reader)
             except KeyboardInterrupt:
                 if not request.dry_run:
                     interrupted(found.groups, found.key)
@@ -146,14 +142,17 @@ def execute(found: Targets, keys: dict[str, HostKeys], reader: Events, request: 
     return fleet
 
 
-def destroy(found: Targets, pre: Preflight, request: ApplyRequest) -> FleetResult:
-    """`provision destroy` after the prompt (request.destroy): the ledger's removal on every host, and the Jupyter
-    tunnel of each host it cleared stopped."""
+def destroy(pre: Preflight, request: ApplyRequest) -> FleetResult:
+    """`provision destroy` after the prompt (request.destroy), on the targets as the preflight reached them: the
+    ledger's removal on every host, and the Jupyter tunnel of each host it cleared stopped."""
+    found = pre.targets
     if found.sandbox:
         if not sandbox.is_running(found.sandbox):
             raise UsageError(f"destroy --sandbox {found.sandbox}: the sandbox is not running")
-        found = replace(found, inventory=sandbox.inventory([found.sandbox]))
-    fleet = execute(found, pre.host_keys, Events(), replace(request, destroy=True))
+        reach = sandbox.inventory([found.sandbox])
+        if reach != found.inventory:
+            found = keyed(found.at(reach))
+    fleet = execute(found, Events(), replace(request, destroy=True))
     for host, result in fleet.hosts.items():
         if result.result == "ok" and not request.dry_run:
             tunnel.stop(host)
@@ -163,7 +162,7 @@ def destroy(found: Targets, pre: Preflight, request: ApplyRequest) -> FleetResul
 def ready(found: Targets, outcome: ApplyOutcome, *, skip_frameworks: bool) -> tuple[list[list[str]], bool]:
     """Stage connect (a tunnel per host that succeeded, its token), then the report's blocks (report.ready_blocks)."""
     ok = [h for h, r in outcome.fleet.hosts.items() if r.result == "ok"]
-    access = connect(found.groups, ok, outcome.host_keys, tokens=outcome.tokens)
+    access = connect(found, ok, tokens=outcome.tokens)
     return ready_blocks(found.groups, outcome.fleet, outcome.codes, access, sandboxes=found.in_sandbox(),
                         skip_frameworks=skip_frameworks)
 

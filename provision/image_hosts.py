@@ -198,8 +198,7 @@ def destinations(plan: Plan, profile: Any, inventory: Any, found: Any) -> list[D
 
     engine = engine_of(plan, str(profile))
     refuse_other_plans(plan, {h: g.plan for g in found.groups for h in g.hosts}, str(inventory), str(profile))
-    hostvars = found.hostvars()
-    commands = {h: ssh_command(h, hostvars.get(h, {})) for h in found.hosts}
+    commands = {h.name: ssh_command(h.name, h.vars) for h in found.records}
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(commands)))) as pool:
         why = dict(zip(commands, pool.map(lambda h: probe_host(h, commands[h], engine), commands), strict=True))
     bad = [f"{h}: {w}" for h, w in sorted(why.items()) if w]

@@ -190,7 +190,7 @@ def apply(
                            skip_check=skip_check, full=full,
                            secrets=Secrets(become_password=become_password, jupyter_password=jupyter_password,
                                            vault_password_file=vault_password_file))
-    outcome = run_apply(found, pre, _ApplyDisplay(dry_run=dry_run, skip_frameworks=skip_frameworks, timings=timings,
+    outcome = run_apply(pre, _ApplyDisplay(dry_run=dry_run, skip_frameworks=skip_frameworks, timings=timings,
                                                   frameworks=any(g.plan.frameworks for g in found.groups)), request)
     if outcome.check_skipped:
         out.print(f"check skipped: {outcome.check_skipped}", markup=False)
@@ -388,8 +388,7 @@ def check_hosts_cmd(
     for line in pre.warnings:
         err.print(line, markup=False)
     become_password = _become_password() if ask_become_pass else None
-    codes = check_hosts(found.groups, found.inventory, found.hosts, pre.host_keys, skip_frameworks=skip_frameworks,
-                        echo=lambda s: out.print(s, markup=False),
+    codes = check_hosts(found, skip_frameworks=skip_frameworks, echo=lambda s: out.print(s, markup=False),
                         secrets=Secrets(become_password=become_password, vault_password_file=vault_password_file))
     raise typer.Exit(checks_exit_code(codes))
 

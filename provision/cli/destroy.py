@@ -83,7 +83,7 @@ def destroy(
     become_password = _become_password() if ask_become_pass else None
     request = ApplyRequest(dry_run=dry_run, destroy=True, purge_home=purge_home,
                            secrets=Secrets(become_password=become_password, vault_password_file=vault_password_file))
-    fleet = run_destroy(found, pre, request)
+    fleet = run_destroy(pre, request)
     for host, result in sorted(fleet.hosts.items()):
         verb = "would remove" if dry_run else "destroyed" if result.result == "ok" else "not destroyed"
         out.print(f"{host}: {verb}: {result.result} "

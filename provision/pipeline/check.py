@@ -13,37 +13,30 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
-from provision.pipeline.targets import Group, inventory_hostvars
+from provision.pipeline.targets import Targets
 from provision.request import NO_SECRETS, Secrets
 from provision.runners.testinfra import run_check
-from provision.ssh import HostKeys
 
 
-def check_hosts(groups: list[Group], inventory: Path | dict[str, Any], hosts: list[str], keys: dict[str, HostKeys], *,
-                skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
+def check_hosts(found: Targets, *, skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
                 secrets: Secrets = NO_SECRETS) -> dict[str, int]:
-    """`provision check` on each host (testinfra, one process per host, a few at a time). Returns host -> exit code.
-    A host's framework checks are left out with --skip-frameworks or when its group says the apply skipped them.
-    keys: each host's SSH host-key policy (stage preflight's); secrets: the become password and vault file."""
+    """`provision check` on each host of the targets (testinfra, one process per host, a few at a time). Returns
+    host -> exit code. A host's framework checks are left out with --skip-frameworks or when its group says the apply
+    skipped them. Each host is reached as its record says (its variables, its SSH host-key policy: stage preflight's);
+    secrets: the become password and vault file."""
     vault_password_file = secrets.vault_password_file
-    by_host = {h: g for g in groups for h in g.hosts if h in hosts}
+    by_host = {h.name: h for h in found.records}
     lines: dict[str, list[str]] = {h: [] for h in by_host}
-    # A dict inventory (a sandbox's) is read here; a file's variables came with the groups (ansible-inventory).
-    dict_vars = inventory_hostvars(inventory) if isinstance(inventory, dict) else {}
 
-    def one(host: str) -> int:
-        group = by_host[host]
-        hostvars = dict_vars.get(host) if isinstance(inventory, dict) else group.hostvars.get(host)
-        if hostvars is None:  # a host the groups did not read the variables of: as the inventory gives them
-            hostvars = inventory_hostvars(inventory, vault_password_file=vault_password_file).get(host, {})
-        return run_check(group.plan, inventory, host, hostvars=hostvars,
-                         skip_frameworks=skip_frameworks or group.frameworks_skipped, echo=lines[host].append,
+    def one(name: str) -> int:
+        host = by_host[name]
+        return run_check(host.plan, found.inventory, name, hostvars=host.vars,
+                         skip_frameworks=skip_frameworks or host.group.frameworks_skipped, echo=lines[name].append,
                          become_password=secrets.become_password, vault_password_file=vault_password_file,
-                         keys=keys.get(host))
+                         keys=host.keys)
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, len(by_host)))) as pool:
         codes = dict(zip(by_host, pool.map(one, by_host), strict=True))

@@ -13,8 +13,7 @@ from typing import Any
 from provision import tunnel as tunnels
 from provision.errors import ProvisionError
 from provision.models import Plan
-from provision.pipeline.targets import Group
-from provision.ssh import HostKeys
+from provision.pipeline.targets import Host, Targets
 
 
 @dataclass
@@ -29,8 +28,8 @@ class JupyterAccess:
     problem: str = ""  # why no tunnel was made
 
 
-def _ssh(keys: dict[str, HostKeys], host: str) -> list[str] | None:
-    k = keys.get(host)
+def _ssh(host: Host) -> list[str] | None:
+    k = host.keys
     return list(k.ssh) if k is not None and k.ssh else None
 
 
@@ -40,21 +39,20 @@ def token_readable(plan: Plan) -> bool:
     return j.enabled and j.auth == "token" and j.bind.startswith("127.")
 
 
-def read_tokens(groups: list[Group], keys: dict[str, HostKeys]) -> dict[str, str]:
+def read_tokens(found: Targets) -> dict[str, str]:
     """host -> Jupyter token, read over SSH by the account (as jupyter_access would), kept in memory only."""
-    found: dict[str, str] = {}
-    for group in groups:
-        if not token_readable(group.plan):
+    tokens: dict[str, str] = {}
+    for host in found.records:
+        if not token_readable(host.plan):
             continue
-        for host in group.hosts:
-            ssh = _ssh(keys, host)
-            token = tunnels.read_token(ssh, group.plan.user) if ssh else None
-            if token:
-                found[host] = token
-    return found
+        ssh = _ssh(host)
+        token = tunnels.read_token(ssh, host.plan.user) if ssh else None
+        if token:
+            tokens[host.name] = token
+    return tokens
 
 
-def jupyter_access(plan: Plan, hosts: list[str], keys: dict[str, HostKeys], *, tunnels_too: bool = True,
+def jupyter_access(plan: Plan, hosts: list[Host], *, tunnels_too: bool = True,
                    tokens: dict[str, str] | None = None) -> list[JupyterAccess]:
     """For each host: a tunnel from a free local port (a distinct one per host) to its Jupyter, and the URL that
     opens JupyterLab here with the token read over SSH (provision.tunnel). A host Ansible does not reach over SSH,
@@ -67,8 +65,8 @@ def jupyter_access(plan: Plan, hosts: list[str], keys: dict[str, HostKeys], *, t
     scheme = "https" if j.tls else "http"
     token_file = tunnels.TOKEN_FILE
     taken: set[int] = set()
-    for host in sorted(hosts):
-        ssh = _ssh(keys, host)
+    for record in sorted(hosts, key=lambda h: h.name):
+        host, ssh = record.name, _ssh(record)
         access = JupyterAccess(host)
         if not j.bind.startswith("127."):
             access.where = f"{scheme}://{host}:{j.port}/lab"
@@ -97,15 +95,15 @@ def jupyter_access(plan: Plan, hosts: list[str], keys: dict[str, HostKeys], *, t
     return found
 
 
-def connect(groups: list[Group], ok: list[str], keys: dict[str, HostKeys], *,
-            tokens: dict[str, str] | None = None) -> dict[str, JupyterAccess]:
+def connect(found: Targets, ok: list[str], *, tokens: dict[str, str] | None = None) -> dict[str, JupyterAccess]:
     """host -> how to reach its JupyterLab, for the hosts in `ok` (those the apply left ready), tunnels started."""
-    return {a.host: a for group in groups
-            for a in jupyter_access(group.plan, [h for h in group.hosts if h in ok], keys, tokens=tokens)}
+    ready = [h for h in found.records if h.name in ok]
+    return {a.host: a for group in found.groups
+            for a in jupyter_access(group.plan, [h for h in ready if h.group is group], tokens=tokens)}
 
 
-def host_summaries(plan: Plan, hosts: list[str], keys: dict[str, HostKeys]) -> list[str]:
+def host_summaries(plan: Plan, hosts: list[Host]) -> list[str]:
     """One line per host on how to reach its Jupyter, without starting anything (a dry run's or a failed run's
     hint): the exact tunnel command and how to read the token; never the token itself."""
     return [f"{a.host}: jupyter: {a.where}, token: {a.token_hint}"
-            for a in jupyter_access(plan, hosts, keys, tunnels_too=False)]
+            for a in jupyter_access(plan, hosts, tunnels_too=False)]

@@ -12,6 +12,7 @@ from provision.errors import ProvisionError, UsageError
 from provision.loader import load_plan, load_profile
 from provision.models import Plan, Profile
 from provision.resolver import resolve
+from provision.resources import share_dir
 
 
 def display_path(path: str | Path) -> str:
@@ -21,6 +22,14 @@ def display_path(path: str | Path) -> str:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(p)
+
+
+def profile_label(value: str, path: Path) -> str:
+    """A provision_profile value as the summary shows it: a shipped profile by the name the user wrote (`deskmini`,
+    not the path inside the installed package), any other file as display_path gives it."""
+    if "/" not in value and path.resolve().parent == share_dir("profiles").resolve():
+        return value
+    return display_path(path)
 
 
 def load(path: str | Path, *, os_override: str | None = None, db: CompatDB | None = None) -> Profile:

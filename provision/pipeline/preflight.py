@@ -24,16 +24,15 @@ from provision.errors import UsageError
 from provision.models import Plan
 from provision.pipeline.targets import Group, Targets
 from provision.runners.ansible import mitogen_connections
-from provision.ssh import HostKeys, host_key_warnings, host_keys
+from provision.ssh import host_key_warnings, host_keys
 
 
 @dataclass(frozen=True)
 class Preflight:
-    """What the preflight found: lines to show before the prompt, each host's SSH host-key policy, and the targets
-    as it reached them (a running sandbox's address read)."""
+    """What the preflight found: lines to show before the prompt, and the targets as it reached them (a running
+    sandbox's address read; each host's record with its SSH host-key policy)."""
 
     warnings: list[str]
-    host_keys: dict[str, HostKeys]
     targets: Targets
 
 
@@ -47,8 +46,15 @@ def preflight(found: Targets, *, require_password: bool = True, playbook: bool =
         found = found.reached()  # its address (SSH port); one that is not running yet gets it at start
     if require_password:
         require_secrets(found.groups, found.inventory if isinstance(found.inventory, Path) else None)
-    keys = host_keys(found.hostvars(), mitogen=playbook and mitogen_connections())
-    return Preflight(host_key_warnings(keys), keys, found)
+    found = keyed(found, playbook=playbook)
+    return Preflight(host_key_warnings(found.keys), found)
+
+
+def keyed(found: Targets, *, playbook: bool = True) -> Targets:
+    """The targets with each host's SSH host-key policy, computed from their variables as the run reaches them (a
+    sandbox started after the preflight gets it again here). playbook: the playbook's connections (Mitogen's, when
+    it runs them) reach the hosts; False for `provision check`'s testinfra."""
+    return found.with_keys(host_keys(found.hostvars(), mitogen=playbook and mitogen_connections()))
 
 
 def sandbox_release(plan: Plan) -> str:

@@ -20,19 +20,20 @@ from typing import Any
 from provision import procs, sandbox
 from provision.installer import fetch as fetch_installer
 from provision.interpreters import fetch as fetch_interpreter
-from provision.pipeline.targets import Group
+from provision.pipeline.targets import Host, Targets
 from provision.render.ansible import render_fleet
 from provision.request import ApplyRequest
-from provision.ssh import HostKeys
 
 
-def inputs(groups: list[Group], *, sandboxes: list[str], skip_frameworks: bool,
+def inputs(found: Targets, *, skip_frameworks: bool,
            log: Callable[[str], None] | None = None) -> dict[str, tuple[str, str]]:
     """Fill the controller's wheelhouse once for every plan a sandbox host gets (they mount it), and fetch each
     managed interpreter's archive and uv's wheel into the controller's cache, checked against the sha256s provision
     trusts before any host is touched (provision.interpreters, provision.installer): {file name: (path, sha256)}."""
+    groups = found.groups
+    sandboxes = {h.name for h in found.records if h.sandbox}
     for group in groups:
-        if set(group.hosts) & set(sandboxes):
+        if set(group.hosts) & sandboxes:
             sandbox.fill_wheelhouse(group.plan, skip_frameworks=skip_frameworks, log=log)
     fetched: dict[str, tuple[str, str]] = {}
     for group in groups:
@@ -51,25 +52,27 @@ def full_reason(request: ApplyRequest) -> str:
             else "--ask-jupyter-pass gave a password" if request.secrets.jupyter_password else "")
 
 
-def render(groups: list[Group], work: Path, inventory: Path | dict[str, Any], keys: dict[str, HostKeys],
-           request: ApplyRequest, *, interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
+def render(found: Targets, work: Path, request: ApplyRequest, *,
+           interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
     """Write the run's folder into `work` for the request; returns its files (render_fleet's, with "inventory" for a
     sandbox's)."""
+    groups = found.groups
     single = len(groups) == 1
-    files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=inventory,
+    files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=found.inventory,
                          skip_frameworks=request.skip_frameworks, destroy=request.destroy,
                          purge_home=request.purge_home, full_reason=full_reason(request), partial=bool(request.tags),
                          interpreters=interpreters, lock=lock_holder())
-    write_host_key_vars(work, keys)
+    write_host_key_vars(work, found.records)
     return files
 
 
-def write_host_key_vars(project_dir: str | Path, keys: dict[str, HostKeys]) -> None:
+def write_host_key_vars(project_dir: str | Path, hosts: list[Host]) -> None:
     """host_vars/HOST.yml beside the playbook (above the inventory's variables) with ansible_host_key_checking off
     for each host whose checking is off: the playbook's Mitogen connections then leave the key unchecked, as
     Ansible's own ssh connection would with these settings."""
-    for host, k in keys.items():
-        if k.off and "/" not in host and host not in (".", ".."):
+    for record in hosts:
+        host, k = record.name, record.keys
+        if k is not None and k.off and "/" not in host and host not in (".", ".."):
             path = Path(project_dir) / "host_vars" / f"{host}.yml"
             path.parent.mkdir(exist_ok=True)
             path.write_text("# Written by provision: the inventory turns host key checking off for this host.\n"

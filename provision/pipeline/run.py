@@ -14,9 +14,10 @@ from typing import Any
 from provision import sandbox
 from provision.models import Plan
 from provision.pipeline.preflight import sandbox_release
+from provision.pipeline.targets import Targets
 from provision.request import ApplyRequest
 from provision.runners.ansible import RunResult, run_playbook
-from provision.ssh import HostKeys, accept_new_host_keys, configured_host_key_checking
+from provision.ssh import accept_new_host_keys, configured_host_key_checking
 
 MAX_FORKS = 64
 
@@ -35,12 +36,14 @@ def start_sandbox(plan: Plan, name: str, *, log: Callable[[str], None] | None = 
     return sandbox.inventory([name])
 
 
-def run(work: Path, inventory: Path, hosts: list[str], keys: dict[str, HostKeys], request: ApplyRequest, *,
+def run(work: Path, inventory: Path, found: Targets, request: ApplyRequest, *,
         on_event: Callable[[dict[str, Any]], None]) -> RunResult:
-    """Run work/site.yml on `hosts` of `inventory` (a file inventory where it is: its group_vars/, host_vars/ and
-    plugin name only mean something there), as the request asks (--dry-run is Ansible's check mode)."""
-    accept_new_host_keys(keys)
+    """Run work/site.yml on the targets' hosts through `inventory` (a file inventory where it is: its group_vars/,
+    host_vars/ and plugin name only mean something there; a sandbox's as render wrote it), as the request asks
+    (--dry-run is Ansible's check mode)."""
+    accept_new_host_keys({h.name: h.keys for h in found.records if h.keys is not None})
     secrets = request.secrets
+    hosts = found.hosts
     return run_playbook(work, inventory, limit=",".join(sorted(hosts)), check=request.dry_run, diff=request.diff,
                         tags=request.tags, forks=forks_for(len(hosts)), on_event=on_event,
                         host_key_checking=configured_host_key_checking()[0], become_password=secrets.become_password,

@@ -4,7 +4,9 @@
       apply on this inventory did not finish)                   |   --sandbox NAME: that one container
     ──▶ groups by provision_profile / provision_os / provision_python_mirror per host or group (else the command
         line's PROFILE / --os / --python-mirror), each with its Plan resolved (stage `plan`) before any host is touched
-    ──▶ Targets: the groups, the inventory as Ansible gets it, and the run's key in provision.state
+    ──▶ Targets: the groups, the inventory as Ansible gets it, and the run's key in provision.state; each host as a
+        frozen record (Host: its name, Plan, variables as the run reaches it and, from stage preflight on, its SSH
+        host-key policy), which every later stage reads instead of joining dicts by host name
 
 `provision check` without PROFILE groups the hosts by what their last apply recorded (check_groups). Nothing here
 refuses what the preflight refuses (stage `preflight`) or starts anything.
@@ -25,9 +27,10 @@ from provision import sandbox, state
 from provision.errors import ProvisionError, RunnerError, UsageError
 from provision.loader import PYTHON_MIRROR, parse_python_mirror
 from provision.models import Plan
-from provision.pipeline.plan import display_path, plan_for
+from provision.pipeline.plan import display_path, plan_for, profile_label
 from provision.render.ansible import check_ansible_path
 from provision.resources import share_dir
+from provision.ssh import HostKeys
 
 PROFILE_VAR = "provision_profile"
 OS_VAR = "provision_os"
@@ -47,19 +50,56 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Host:
+    """One host of a run, as every stage after `targets` reads it: its name, its group (the Plan it gets, the profile
+    and OS as given), its variables as the run reaches it (a file inventory's as ansible-inventory gave them; a
+    sandbox's from its inventory, with its SSH port once it runs), its SSH host-key policy once stage preflight has
+    computed it (provision.ssh; None before), and whether it is one of provision's sandboxes. Secrets are not here:
+    the run's come with the request (provision.request.Secrets), a host's own stay in its variables."""
+
+    name: str
+    group: Group
+    vars: dict[str, Any]
+    keys: HostKeys | None = None
+    sandbox: bool = False
+
+    @property
+    def plan(self) -> Plan:
+        return self.group.plan
+
+
+@dataclass(frozen=True)
 class Targets:
     """What an apply, a destroy or a check runs on: every group's Plan resolved, nothing touched yet. Frozen: a stage
-    that learns more (a sandbox's address once it runs: `reached`) returns new Targets, and each stage sees the
-    ones it was given."""
+    that learns more (a sandbox's address once it runs: `reached`; the hosts' SSH host-key policy: `with_keys`)
+    returns new Targets, and each stage sees the ones it was given. `records` gives each host as one Host."""
 
     groups: list[Group]
     inventory: Path | dict[str, Any]  # as Ansible gets it: a file where it is, or a sandbox's dict
     key: str  # the run's key in provision.state: the inventory's path, or sandbox:NAME
     sandbox: str | None = None
+    keys: dict[str, HostKeys] = field(default_factory=dict)  # stage preflight's, for this inventory (with_keys)
 
     @property
     def hosts(self) -> list[str]:
         return [h for g in self.groups for h in g.hosts]
+
+    @property
+    def records(self) -> list[Host]:
+        """Every host as one record, in the groups' order."""
+        hostvars, sandboxes = self.hostvars(), set(self.in_sandbox())
+        return [Host(h, g, hostvars.get(h, {}), self.keys.get(h), h in sandboxes) for g in self.groups for h in g.hosts]
+
+    def record(self, name: str) -> Host:
+        """One host's record (KeyError for a host not in these targets)."""
+        for host in self.records:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    def with_keys(self, keys: dict[str, HostKeys]) -> Targets:
+        """These targets with each host's SSH host-key policy (stage preflight computes it from `hostvars()`)."""
+        return replace(self, keys=dict(keys))
 
     def where(self, given: Path | None) -> str:
         """The hosts as the confirmation question names them (`given`: the inventory as the user wrote it)."""
@@ -71,7 +111,7 @@ class Targets:
         """Every host's variables as the run reaches it: a sandbox's from its inventory (its SSH port, once it runs),
         a file inventory's as ansible-inventory gave them."""
         if isinstance(self.inventory, dict):
-            given = self.inventory.get("all", {}).get("hosts") or {}
+            given = inventory_hostvars(self.inventory)
             return {h: dict(given.get(h) or {}) for h in self.hosts}
         return {h: g.hostvars.get(h, {}) for g in self.groups for h in g.hosts}
 
@@ -80,7 +120,14 @@ class Targets:
         targets where there is no sandbox or it does not run yet."""
         if not self.sandbox or not sandbox.is_running(self.sandbox):
             return self
-        return replace(self, inventory=sandbox.inventory([self.sandbox]))
+        return self.at(sandbox.inventory([self.sandbox]))
+
+    def at(self, inventory: Path | dict[str, Any]) -> Targets:
+        """These targets reached through another inventory (a sandbox's once it runs). The host-key policy read
+        from the old one is dropped with it: stage preflight's `keyed` computes it again."""
+        if inventory == self.inventory:
+            return self
+        return replace(self, inventory=inventory, keys={})
 
     def in_sandbox(self) -> list[str]:
         """The hosts that are provision's sandboxes (they share the controller's wheelhouse)."""
@@ -210,14 +257,6 @@ def find_profile(value: str, inventory: Path | None) -> Path:
         if path.is_file():
             return path
     raise UsageError(f"{PROFILE_VAR} '{value}' not found (looked for {', '.join(str(c) for c in candidates)})")
-
-
-def profile_label(value: str, path: Path) -> str:
-    """A provision_profile value as the summary shows it: a shipped profile by the name the user wrote (`deskmini`,
-    not the path inside the installed package), any other file as pipeline.plan.display_path gives it."""
-    if "/" not in value and path.resolve().parent == share_dir("profiles").resolve():
-        return value
-    return display_path(path)
 
 
 def assign(hostvars: dict[str, dict[str, Any]], profile: Path | None, os_override: str | None,

@@ -14,8 +14,9 @@ from provision.cli import print_apply_summary
 from provision.errors import EXIT_EXTERNAL, EXIT_FAILED, EXIT_OK
 from provision.pipeline.check import checks_exit_code
 from provision.pipeline.events import FleetResult, HostResult
+from provision.pipeline.plan import profile_label
 from provision.pipeline.report import summary_rows
-from provision.pipeline.targets import assign, profile_label, targets
+from provision.pipeline.targets import assign, targets
 from provision.resources import share_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,9 +116,13 @@ def test_the_jupyter_hint_is_the_exact_tunnel_over_the_inventorys_ssh_settings()
                           "ansible_ssh_private_key_file": "/keys/id ed25519",
                           "ansible_ssh_common_args": "-o UserKnownHostsFile=/kh -o StrictHostKeyChecking=yes"},
                 "lab-2": {"ansible_connection": "docker"}}
+    from provision.pipeline.targets import Group, Targets
     from provision.ssh import host_keys
 
-    lines = host_summaries(plan, ["lab-1", "lab-2"], host_keys(hostvars, mitogen=False))
+    group = Group(plan=plan, profile="deskmini", os="debian-13", hosts=["lab-1", "lab-2"], hostvars=hostvars)
+    found = Targets([group], Path("hosts.yml"), "hosts.yml").with_keys(host_keys(hostvars, mitogen=False))
+    assert [h.keys for h in found.records] == [found.keys["lab-1"], found.keys["lab-2"]]
+    lines = host_summaries(plan, found.records)
     one = lines[0].removeprefix("lab-1: jupyter: ")
     assert one.startswith("http://127.0.0.1:8888/lab after `")
     tunnel = shlex.split(one.split("`")[1])

@@ -16,7 +16,7 @@ from provision.pipeline.check import Beside
 from provision.pipeline.events import Events
 from provision.pipeline.plan import plan_for
 from provision.pipeline.record import interrupted, record
-from provision.pipeline.targets import Group
+from provision.pipeline.targets import Group, Targets
 from provision.state import StateError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,7 +197,9 @@ def test_render_writes_the_folder_with_each_hosts_key_settings_and_why_no_host_t
     inventory = {"all": {"hosts": hostvars}}
     asked = ApplyRequest(secrets=Secrets(jupyter_password="hunter2-jp", become_password="hunter2-bp"))
     assert "hunter2" not in repr(asked)  # a request is printable: its secrets are not in it
-    files = render([group], tmp_path / "run", inventory, host_keys(hostvars, mitogen=True), asked)
+    found = Targets([group], inventory, "sandbox:x").with_keys(host_keys(hostvars, mitogen=True))
+    assert found.record("ok-1").keys.off and found.record("ok-1").vars == {"ansible_host_key_checking": False}
+    files = render(found, tmp_path / "run", asked)
     assert sorted(p.name for p in (tmp_path / "run" / "host_vars").iterdir()) == ["ok-1.yml"]
     assert yaml.safe_load((tmp_path / "run" / "host_vars" / "ok-1.yml").read_text()) == {
         "ansible_host_key_checking": False}
