@@ -120,7 +120,7 @@ def execute(found: Targets, reader: Events, request: ApplyRequest, *, on_note: C
             log: Callable[[str], None] | None = None) -> FleetResult:
     """locks → inputs → render → run → events → record, for apply and destroy (request.destroy: the playbook only
     removes what each host's ledger lists, and the hosts' records go). Whether a host may take the fast path:
-    render.full_reason of the request (docs/hosts.md). on_note: a lock taken over; log: the inputs' fetching."""
+    request.full_reason (docs/hosts.md). on_note: a lock taken over; log: the inputs' fetching."""
     fleet = FleetResult(groups=found.groups)
     with locks(found, on_note=on_note):
         fetched = {} if request.destroy else inputs(found, skip_frameworks=request.skip_frameworks, log=log)

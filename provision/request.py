@@ -46,3 +46,9 @@ class ApplyRequest:
     def checks_after(self) -> bool:
         """Whether `provision check` runs after the playbook: not with --skip-check, --dry-run or --tags."""
         return not (self.skip_check or self.dry_run or self.tags)
+
+    @property
+    def full_reason(self) -> str:
+        """Why no host may take the fast path this run ("" lets each host's fingerprint decide; docs/hosts.md)."""
+        return ("--full asked for it" if self.full else "--tags applies part of the plan" if self.tags
+                else "--ask-jupyter-pass gave a password" if self.secrets.jupyter_password else "")

@@ -46,22 +46,14 @@ def inputs(found: Targets, *, skip_frameworks: bool,
     return fetched
 
 
-def full_reason(request: ApplyRequest) -> str:
-    """Why no host may take the fast path this run ("" lets each host's fingerprint decide; docs/hosts.md)."""
-    return ("--full asked for it" if request.full else "--tags applies part of the plan" if request.tags
-            else "--ask-jupyter-pass gave a password" if request.secrets.jupyter_password else "")
-
-
 def render(found: Targets, work: Path, request: ApplyRequest, *,
            interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
     """Write the run's folder into `work` for the request; returns its files (render_fleet's, with "inventory" for a
     sandbox's)."""
     groups = found.groups
     single = len(groups) == 1
-    files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, inventory=found.inventory,
-                         skip_frameworks=request.skip_frameworks, destroy=request.destroy,
-                         purge_home=request.purge_home, full_reason=full_reason(request), partial=bool(request.tags),
-                         interpreters=interpreters, lock=lock_holder())
+    files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, request,
+                         inventory=found.inventory, interpreters=interpreters, lock=lock_holder())
     write_host_key_vars(work, found.records)
     return files
 

@@ -42,9 +42,6 @@ def run(work: Path, inventory: Path, found: Targets, request: ApplyRequest, *,
     host_vars/ and plugin name only mean something there; a sandbox's as render wrote it), as the request asks
     (--dry-run is Ansible's check mode)."""
     accept_new_host_keys({h.name: h.keys for h in found.records if h.keys is not None})
-    secrets = request.secrets
     hosts = found.hosts
-    return run_playbook(work, inventory, limit=",".join(sorted(hosts)), check=request.dry_run, diff=request.diff,
-                        tags=request.tags, forks=forks_for(len(hosts)), on_event=on_event,
-                        host_key_checking=configured_host_key_checking()[0], become_password=secrets.become_password,
-                        vault_password_file=secrets.vault_password_file, jupyter_password=secrets.jupyter_password)
+    return run_playbook(work, inventory, request, limit=",".join(sorted(hosts)), forks=forks_for(len(hosts)),
+                        on_event=on_event, host_key_checking=configured_host_key_checking()[0])

@@ -21,7 +21,10 @@ from ruamel.yaml.comments import TaggedScalar
 from provision.errors import UsageError, printable
 from provision.models import Plan
 from provision.render.role_vars import ansible_vars
+from provision.request import ApplyRequest
 from provision.resources import COLLECTION, collections_dir
+
+PLAIN_APPLY = ApplyRequest()  # a plain `provision apply` (and `provision render`): nothing left out, the fast path allowed
 
 # Order matters: the driver first (libcuda), then the environment, then what installs wheels into it
 # (the cuda and cudnn roles refuse to run before python_env has made the venv, for pypi sources).
@@ -190,20 +193,21 @@ def write_yaml(data: Any, path: Path) -> None:
 def render_ansible(plan: Plan, out_dir: str | Path, *, inventory: dict[str, Any] | str | Path | None = None,
                    skip_frameworks: bool = False) -> dict[str, Path]:
     """Write site.yml, vars/plan.yml, plan.json (and inventory.yml when given) into out_dir. Returns the paths."""
-    return render_fleet([(plan, None)], out_dir, inventory=inventory, skip_frameworks=skip_frameworks)
+    return render_fleet([(plan, None)], out_dir, ApplyRequest(skip_frameworks=skip_frameworks), inventory=inventory)
 
 
-def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path, *,
-                 inventory: dict[str, Any] | str | Path | None = None, skip_frameworks: bool = False,
-                 destroy: bool = False, purge_home: bool = False, full_reason: str = "",
-                 partial: bool = False, interpreters: dict[str, tuple[str, str]] | None = None,
+def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path,
+                 request: ApplyRequest = PLAIN_APPLY, *, inventory: dict[str, Any] | str | Path | None = None,
+                 interpreters: dict[str, tuple[str, str]] | None = None,
                  lock: dict[str, Any] | None = None) -> dict[str, Path]:
     """One play per (plan, hosts) group, in one playbook: Ansible runs every host in parallel, each with its own
     profile's variables. hosts None means every host in the inventory (a single plan). With one group the files are
     site.yml, vars/plan.yml and plan.json; with more, vars/plan-<n>.yml and plan-<n>.json per group.
-    full_reason: why no host may take the fast path ("" lets them); partial: --tags (ansible_vars); interpreters: the managed
+    request: the run as asked (--skip-frameworks; destroy and --purge-home; why no host may take the fast path,
+    request.full_reason; --tags: only part of the plan, ansible_vars' partial); interpreters: the managed
     interpreters' archives and the installer's wheel apply fetched and checked, {file name: (path on the controller,
     sha256)}; lock: who takes each host's apply lock (gate_play)."""
+    destroy = request.destroy
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     files = {"playbook": out / "site.yml"}
@@ -220,10 +224,11 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel, destroy=destroy)
         fetched = (interpreters or {}).get(plan.python.managed.archive) if plan.python.managed else None
         uv = (interpreters or {}).get(plan.python.installer.wheel) if plan.python.installer else None
-        role_vars = ansible_vars(plan, skip_frameworks=skip_frameworks, fetch_dir=str(out / "reports"), full_reason=full_reason,
-                                 partial=partial, interpreter=fetched, installer=uv)
+        role_vars = ansible_vars(plan, skip_frameworks=request.skip_frameworks, fetch_dir=str(out / "reports"),
+                                 full_reason=request.full_reason, partial=bool(request.tags), interpreter=fetched,
+                                 installer=uv)
         if destroy:
-            role_vars |= {"ledger_destroy": True, "ledger_purge_home": purge_home}
+            role_vars |= {"ledger_destroy": True, "ledger_purge_home": request.purge_home}
         write_yaml(unsafe_strings(role_vars), files[f"vars{suffix}"])
         _header(files[f"vars{suffix}"], plan.profile_path or plan.profile)
         files[f"plan{suffix}"].write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")

@@ -25,6 +25,7 @@ from typing import Any
 
 from provision import procs
 from provision.errors import RunnerError, printable
+from provision.request import ApplyRequest
 from provision.resources import collections_dir
 
 
@@ -194,26 +195,24 @@ def _catch_signals(asked: list[int]) -> dict[signal.Signals, Any]:
 def run_playbook(
     project_dir: str | Path,
     inventory: str | Path,
+    request: ApplyRequest,
     *,
     limit: str | None = None,
-    check: bool = False,
-    diff: bool = False,
-    tags: str | None = None,
     forks: int | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     host_key_checking: bool = True,
-    become_password: str | None = None,
-    vault_password_file: str | Path | None = None,
-    jupyter_password: str | None = None,
 ) -> RunResult:
-    """Run project_dir/site.yml against inventory; call on_event(event) with each of ansible-runner's events as it
-    comes (stage `events` reads them). host_key_checking: ANSIBLE_HOST_KEY_CHECKING for the run (the user's
-    setting; per host, the inventory's variables win over it, as they do in ansible-playbook: provision.ssh)."""
+    """Run project_dir/site.yml against inventory, as the request asks (--dry-run: Ansible's --check; --diff; --tags;
+    its secrets: the become and Jupyter passwords in the run's private extravars, the vault file); call
+    on_event(event) with each of ansible-runner's events as it comes (stage `events` reads them).
+    host_key_checking: ANSIBLE_HOST_KEY_CHECKING for the run (the user's setting; per host, the inventory's
+    variables win over it, as they do in ansible-playbook: provision.ssh)."""
+    secrets, tags = request.secrets, request.tags
     try:  # here, not at the top: a missing ansible-runner is this one line (exit 3), not an import traceback
         import ansible_runner
     except ImportError:
         raise RunnerError("ansible-runner is not installed (pip install ansible-runner)") from None
-    cmdline = _cmdline(check, diff, vault_password_file)
+    cmdline = _cmdline(request.dry_run, request.diff, secrets.vault_password_file)
     final: dict[str, Any] = {}
 
     def handler(event: dict[str, Any]) -> bool:
@@ -230,7 +229,7 @@ def run_playbook(
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="provision-runner-") as private:
-        _write_private_env(Path(private) / "env", become_password, jupyter_password)
+        _write_private_env(Path(private) / "env", secrets.become_password, secrets.jupyter_password)
         control_dir = _control_dir(private)
         try:
             runner = ansible_runner.run(

@@ -19,6 +19,7 @@ from provision.hostfacts import FINGERPRINT_KEY, PER_RUN, fingerprint_key, undec
 from provision.models import Plan
 from provision.render.ansible import render_fleet
 from provision.render.role_vars import ansible_vars
+from provision.request import ApplyRequest
 from provision.resolver import resolve
 from tests.unit.test_containers_plan import DB, profile
 
@@ -51,9 +52,9 @@ def rendered_names(plan: Plan, **options) -> set[str]:
 
 RUNS = {
     "apply": {"lock": {"holder": {"user": "me"}, "live_tokens": ["t"]}},
-    "apply --full --tags": {"full_reason": "--full", "partial": True},
-    "apply --skip-frameworks": {"skip_frameworks": True},
-    "destroy --purge-home": {"destroy": True, "purge_home": True},
+    "apply --full --tags": {"request": ApplyRequest(full=True, tags="python_env")},
+    "apply --skip-frameworks": {"request": ApplyRequest(skip_frameworks=True)},
+    "destroy --purge-home": {"request": ApplyRequest(destroy=True, purge_home=True)},
 }
 
 

@@ -189,7 +189,7 @@ def test_render_writes_the_folder_with_each_hosts_key_settings_and_why_no_host_t
         group: Group, tmp_path: Path) -> None:
     import yaml
 
-    from provision.pipeline.render import full_reason, render
+    from provision.pipeline.render import render
     from provision.request import ApplyRequest, Secrets
     from provision.ssh import host_keys
 
@@ -209,6 +209,6 @@ def test_render_writes_the_folder_with_each_hosts_key_settings_and_why_no_host_t
     assert "hunter2" not in "".join(p.read_text() for p in (tmp_path / "run").rglob("*") if p.is_file())
     gate = yaml.safe_load(files["playbook"].read_text())[1]
     assert gate["vars"]["preflight_lock_holder"]["pid"] == os.getpid()
-    assert full_reason(ApplyRequest()) == ""  # each host's fingerprint decides
-    assert full_reason(ApplyRequest(full=True)) == "--full asked for it"
-    assert full_reason(ApplyRequest(tags="python_env")) == "--tags applies part of the plan"
+    assert ApplyRequest().full_reason == ""  # each host's fingerprint decides
+    assert ApplyRequest(full=True).full_reason == "--full asked for it"
+    assert ApplyRequest(tags="python_env").full_reason == "--tags applies part of the plan"

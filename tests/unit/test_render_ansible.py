@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from provision.pipeline.plan import plan_for
 from provision.render.ansible import HANDOVER, LOCK_NOTE, PREFLIGHT, ROLES, render_ansible, render_fleet
 from provision.render.role_vars import ansible_vars
+from provision.request import ApplyRequest
 from provision.resources import collections_dir, share_dir
 from provision.sandbox import inventory as sandbox_inventory
 
@@ -156,8 +157,9 @@ def test_destroy_takes_the_hosts_apply_lock_before_anything_is_removed_and_relea
     """`provision destroy` has no preflight, but takes the host's apply lock as an apply does (the gate play, which
     refuses a host a live apply holds) before the ledger role removes anything; the destroy play then hands the note
     of a stale lock taken over to the controller and releases the lock."""
-    files = render_fleet([(deskmini, None)], tmp_path, inventory=sandbox_inventory(["pv-syntax"], connection="docker"),
-                         destroy=True, lock={"holder": {"token": "run-1"}, "live_tokens": ["run-1"]})
+    files = render_fleet([(deskmini, None)], tmp_path, ApplyRequest(destroy=True),
+                         inventory=sandbox_inventory(["pv-syntax"], connection="docker"),
+                         lock={"holder": {"token": "run-1"}, "live_tokens": ["run-1"]})
     gate, play = YAML(typ="safe").load(files["playbook"].read_text())
     assert gate["tasks"][0]["ansible.builtin.import_role"] == {"name": "provision.gpu.preflight", "tasks_from": "gate"}
     assert gate["vars"]["preflight_lock_holder"] == {"token": "run-1"}
