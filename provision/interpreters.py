@@ -1,5 +1,6 @@
 """Managed interpreters on the controller: python-build-standalone's archive a plan names (plan.python.managed),
-fetched once into the controller's cache and checked before any host is touched.
+fetched once into the controller's cache (an artifact store, provision.artifacts) and checked before any host is
+touched.
 
 Where it comes from: the plan's mirror (`--python-mirror DIR|URL`, an inventory's provision_python_mirror), else the
 release itself. What it must be: the database's sha256 (data/python.yaml, from the release's SHA256SUMS), or the one
@@ -16,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from provision.artifacts import Store
 from provision.errors import RefusedError, RunnerError
 from provision.hashes import HASHES_FILE, sha256_file
 from provision.models import ManagedPython
@@ -66,21 +68,36 @@ def source(managed: ManagedPython) -> str:
     return managed.url
 
 
+def store() -> Store:
+    """The managed interpreters' archives, an artifact store (provision.artifacts)."""
+    return Store(cache_root() / "python", "python")
+
+
 def fetch(managed: ManagedPython, *, log=None) -> tuple[Path, str]:
     """The archive in the controller's cache, checked: (path, its sha256). Downloaded (or copied from a mirror
-    directory) to a partial file that is renamed only once whole and matching, so a cut download is never used.
-    Raises RefusedError when its hash is neither the database's nor the mirror's, RunnerError when it cannot be read."""
+    directory) to a partial file that is admitted into the store (renamed and recorded) only once whole and matching,
+    so a cut download is never used. Raises RefusedError when its hash is neither the database's nor the mirror's,
+    RunnerError when it cannot be read."""
     hashes = accepted(managed)
-    cache = cache_root() / "python"
-    cache.mkdir(parents=True, exist_ok=True)
-    final = cache / managed.archive
-    if final.is_file():
-        have = sha256_file(final)
-        if have in hashes:
-            return final, have
-        final.unlink()  # another mirror's build of the same name, or damaged: read it again
+    cache = store()
+    have = cache.ready(managed.archive, hashes)
+    if have:
+        return have
+    cache.root.mkdir(parents=True, exist_ok=True)
+    with cache.lock():
+        # One of ours, as recorded or adopted; another mirror's build of the same name, or damaged: read again.
+        have = cache.get(managed.archive, hashes)
+        if have:
+            return have
+        partial, digest = _download(managed, hashes, cache.root, log)
+        return cache.admit(partial, digest, name=managed.archive), digest
+
+
+def _download(managed: ManagedPython, hashes: list[str], into: Path, log) -> tuple[Path, str]:
+    """The archive read from its mirror or release into a partial file of `into`, and its sha256, once one of
+    `hashes`; the partial file is removed and the reason raised otherwise."""
     where = source(managed)
-    partial = cache / f".{managed.archive}.{os.getpid()}.partial"
+    partial = into / f".{managed.archive}.{os.getpid()}.partial"
     if log:
         log(f"python: fetching {managed.archive} from {where}")
     try:
@@ -100,5 +117,4 @@ def fetch(managed: ManagedPython, *, log=None) -> tuple[Path, str]:
         raise RefusedError(f"python: {where} has sha256 {have}, which is neither the database's ({managed.sha256})"
                            f"{named}: refused, nothing was installed (a damaged or foreign archive; fix the mirror or "
                            "its SHA256SUMS)")
-    partial.replace(final)
-    return final, have
+    return partial, have

@@ -63,33 +63,27 @@ from provision.sandbox.image import (
 )
 from provision.sandbox.wheelhouse import (
     _PLATFORMS,
-    WHEEL_INDEX,
     WHEELHOUSE_MOUNT,
     _download_wheels,
-    _entry,
-    _readable_zip,
-    _wheel_index,
-    _wheel_state,
-    _wheelhouse_checked,
-    _write_wheel_index,
     cache_mounts,
     check_wheelhouse,
     fill_wheelhouse,
     wheelhouse_dir,
+    wheelhouse_store,
+    wheelhouse_whole,
 )
 from provision.state import cache_lock
 from provision.state import cache_root as cache_root  # re-exported: where tests and callers find it
 
 __all__ = [
     "ADMIN", "BASE_PACKAGES", "BASE_RECIPE", "LABEL", "MIRROR", "SECURITY_MIRROR", "SHARED_APT_LOCK_TIMEOUT",
-    "WHEELHOUSE_MOUNT", "WHEEL_INDEX", "Sandbox", "base_image_tag", "cache_mounts", "cache_root", "check_wheelhouse",
+    "WHEELHOUSE_MOUNT", "Sandbox", "base_image_tag", "cache_mounts", "cache_root", "check_wheelhouse",
     "debian_codenames", "default_sources", "engine_cgroups", "ensure_base_image", "fill_wheelhouse", "free_port",
     "host_connection", "image_exists", "inventory", "is_running", "known_hosts", "pin_host_key", "remove",
     "ssh_args", "ssh_dir", "ssh_key", "ssh_port", "start", "start_fleet", "systemd_run_args", "trust_controller_cas",
-    "wait_ready", "wait_ssh", "wheelhouse_dir",
+    "wait_ready", "wait_ssh", "wheelhouse_dir", "wheelhouse_store", "wheelhouse_whole",
     # Private names the module had before it was a package, which tests and callers may still reach here.
-    "_PLATFORMS", "_build_base_image", "_docker", "_download_wheels", "_entry", "_host_pattern", "_image_recipe",
-    "_readable_zip", "_wheel_index", "_wheel_state", "_wheelhouse_checked", "_write_wheel_index",
+    "_PLATFORMS", "_build_base_image", "_docker", "_download_wheels", "_host_pattern", "_image_recipe",
 ]
 
 

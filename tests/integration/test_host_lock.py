@@ -154,7 +154,7 @@ def test_a_wheel_cut_short_in_the_wheelhouse_is_fetched_again_and_the_whole_one_
     assert again and again[0].stat().st_size > len(whole) // 3
     with zipfile.ZipFile(again[0]) as archive:
         assert archive.testzip() is None  # whole: every member's CRC holds
-    index = json.loads((wheels / ".wheels.json").read_text())
+    index = json.loads((wheels / ".manifest.json").read_text())  # the wheelhouse's record (provision.artifacts)
     assert index[again[0].name]["size"] == again[0].stat().st_size
     # The host installed from the wheelhouse (PIP_FIND_LINKS) the wheel fetched again.
     assert numpy_imports()

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "provision"
 
 # Lowest first. A module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundations", {"errors", "versions", "resources", "hashes", "state", "procs", "request"}),
+    ("foundations", {"errors", "versions", "resources", "hashes", "artifacts", "state", "procs", "request"}),
     ("shipped to hosts (no imports of the rest)", {"verify", "checks"}),
     ("data", {"compat", "plan_rules"}),
     ("models", {"models"}),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provision import sandbox
+from provision import artifacts, sandbox
 
 
 def make_wheel(path: Path, payload: bytes = b"x" * 50_000) -> Path:
@@ -30,9 +30,9 @@ def wheels(tmp_path: Path) -> Path:
 
 
 def record(house: Path, *names: str) -> None:
-    """As _download_wheels records the wheels it renames in."""
-    sandbox._write_wheel_index(house, {n: sandbox._entry(house / n, hashlib.sha256((house / n).read_bytes())
-                                                         .hexdigest()) for n in names})
+    """As _download_wheels records the wheels it admits into the store."""
+    sandbox.wheelhouse_store(house).write_manifest(
+        {n: artifacts.entry(house / n, hashlib.sha256((house / n).read_bytes()).hexdigest()) for n in names})
 
 
 def test_a_recorded_wheel_cut_short_is_removed_with_the_stamps(wheels: Path) -> None:
@@ -48,8 +48,8 @@ def test_a_recorded_wheel_cut_short_is_removed_with_the_stamps(wheels: Path) -> 
     assert not list(wheels.glob(".complete-*")), "a stamp still vouches for the wheel that was removed"
     assert said == [f"wheelhouse: {good.name} is not whole ({len(whole) // 2} bytes of {len(whole)}): removed, to be "
                     "fetched again"]
-    assert good.name not in json.loads((wheels / sandbox.WHEEL_INDEX).read_text())
-    assert not sandbox._wheelhouse_checked(wheels) or not good.exists()
+    assert good.name not in json.loads((wheels / artifacts.MANIFEST).read_text())
+    assert not sandbox.wheelhouse_whole(wheels) or not good.exists()
 
 
 def test_a_recorded_wheel_whose_content_changed_is_removed_and_one_only_touched_is_kept(wheels: Path) -> None:
@@ -62,18 +62,18 @@ def test_a_recorded_wheel_whose_content_changed_is_removed_and_one_only_touched_
     os.utime(touched, ns=(1, 1))
     assert sandbox.check_wheelhouse(wheels) == [changed.name]
     assert touched.exists()
-    assert sandbox._wheelhouse_checked(wheels)  # the touched one is recorded again with its new time
+    assert sandbox.wheelhouse_whole(wheels)  # the touched one is recorded again with its new time
 
 
 def test_an_unrecorded_wheel_is_kept_when_whole_and_removed_when_cut_short(wheels: Path) -> None:
     whole = make_wheel(wheels / "demo-1.0-py3-none-any.whl")
     cut = make_wheel(wheels / "other-2.0-py3-none-any.whl")
     cut.write_bytes(cut.read_bytes()[:-200])  # an earlier provision's download, cut before the zip's directory
-    assert not sandbox._wheelhouse_checked(wheels)
+    assert not sandbox.wheelhouse_whole(wheels)
     assert sandbox.check_wheelhouse(wheels) == [cut.name]
-    index = json.loads((wheels / sandbox.WHEEL_INDEX).read_text())
+    index = json.loads((wheels / artifacts.MANIFEST).read_text())
     assert index[whole.name]["sha256"] == hashlib.sha256(whole.read_bytes()).hexdigest()
-    assert sandbox._wheelhouse_checked(wheels)
+    assert sandbox.wheelhouse_whole(wheels)
     assert sandbox.check_wheelhouse(wheels) == []  # nothing to do the second time
 
 
@@ -93,4 +93,4 @@ def test_fill_wheelhouse_trusts_a_stamp_only_while_every_wheel_is_as_recorded(tm
     (house / f".complete-{key}").write_text("\n".join(reqs) + "\n")
     assert sandbox.fill_wheelhouse(plan, skip_frameworks=True)  # whole: the stamp holds, nothing is downloaded
     wheel.write_bytes(wheel.read_bytes()[:1000])
-    assert not sandbox._wheelhouse_checked(wheels=house)
+    assert not sandbox.wheelhouse_whole(house)

@@ -4,7 +4,6 @@ files' sha256 recorded then and checked on every reuse (`fetch_wheels()`)."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import shutil
@@ -18,6 +17,7 @@ from typing import Any
 from packaging.utils import parse_wheel_filename
 
 from provision import hashes
+from provision.artifacts import CHANGED, OK, Store, entry
 from provision.errors import RunFailed
 from provision.render.docker import WheelGroup
 from provision.runners.docker.engine import Progress
@@ -62,37 +62,57 @@ def wheel_dir(group: WheelGroup, target: WheelTarget) -> Path:
     return cache_root() / "wheels" / target.key / f"{group.name}-{digest}"
 
 
+def group_store(dest: Path) -> Store:
+    """One wheel group's directory as an artifact store (provision.artifacts): its manifest, its lock, its check."""
+    return Store(dest, f"image-wheels-{dest.parent.name}-{dest.name}")
+
+
 def fetch_wheels(group: WheelGroup, target: WheelTarget, progress: Progress) -> Path:
-    """Download a group's wheels once (with their dependencies, unless `group.no_deps`); later builds reuse them.
+    """Download a group's wheels once (with their dependencies, unless `group.no_deps`); later builds reuse them,
+    each wheel checked against what the group's manifest recorded when it came in.
 
     The CUDA/cuDNN group is `no_deps`: the NVIDIA wheels declare unpinned dependencies (nvidia-cudnn-cu11 wants
     any nvidia-cublas-cu11), which the plan pins in the same group; resolving them would fetch what it did not choose.
     """
     dest = wheel_dir(group, target)
     done = dest / ".complete"
-    if done.exists() and (dest / hashes.HASHES_FILE).is_file():
-        return _checked(dest)
+    store = group_store(dest)
+    if done.exists() and (dest / hashes.HASHES_FILE).is_file() and store.whole("*.whl") and store.manifest():
+        return dest
     # One filler per group at a time: a second build on this controller waits here, then finds the group complete
     # (two fillers raced on one directory, and one's clean-up deleted the other's requirements file).
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with store.lock():
         if done.exists() and (dest / hashes.HASHES_FILE).is_file():
-            return _checked(dest)
+            return _checked(store)
         # A directory without its hashes (an interrupted fill, or a cache from before they were recorded) is
         # downloaded again: hashes recorded now would vouch for files nobody checked.
         shutil.rmtree(dest, ignore_errors=True)
         return _fill_wheel_dir(group, target, progress, dest, done)
 
 
-def _checked(dest: Path) -> Path:
-    """The cached wheel directory, after checking every wheel against the sha256 recorded when it was downloaded."""
-    bad = hashes.verify_hashes(dest)
+def _checked(store: Store) -> Path:
+    """The cached wheel directory, after checking every wheel against what its manifest recorded when it was
+    downloaded (provision.artifacts: size and time, the sha256 where the time moved). A group cached before the
+    manifest is checked once against its SHA256SUMS in full and recorded. Under the group's lock."""
+    dest = store.root
+    manifest = store.manifest()
+    if manifest:
+        listed = set(manifest)
+        bad = [p.name for p in sorted(dest.glob("*.whl")) if p.name not in listed]
+        bad += [name for name in sorted(listed) if store.state(name, manifest) not in (OK, CHANGED)]
+        sums = None if bad else {name: str(manifest[name]["sha256"]) for name in listed}
+    else:
+        bad = hashes.verify_hashes(dest)
+        sums = None if bad else hashes.wheel_hashes(dest)
     if bad:
         raise RunFailed(
             f"the cached wheels in {dest} no longer match the sha256 recorded when they were downloaded "
             f"({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}): a wheel was changed or swapped; remove the "
             "directory and build again (it is downloaded anew)")
+    fresh = {name: entry(dest / name, digest) for name, digest in (sums or {}).items()}
+    if fresh != manifest:  # recorded now (a cache from before the manifest), or a time that moved
+        store.write_manifest(fresh)
     return dest
 
 
@@ -119,8 +139,11 @@ def _fill_wheel_dir(group: WheelGroup, target: WheelTarget, progress: Progress, 
         )
     if group.leave_out:
         leave_out_wheels(dest, group, progress)
-    # The image installs from requirements.lock with --require-hashes: exactly these files, byte for byte.
+    # The image installs from requirements.lock with --require-hashes: exactly these files, byte for byte; the
+    # group's manifest records the same sha256s for the controller's own check on every reuse (_checked).
     hashes.write_hashes(dest)
+    group_store(dest).write_manifest({name: entry(dest / name, digest)
+                                      for name, digest in hashes.wheel_hashes(dest).items()})
     size = sum(p.stat().st_size for p in dest.glob("*.whl"))
     done.write_text(json.dumps({"seconds": round(time.monotonic() - started, 1), "bytes": size}))
     progress(f"wheels for {group.name}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f}s")
