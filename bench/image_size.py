@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.plans import aws_p2, deskmini, real_plan  # noqa: E402
 
-from provision.render.docker import image_account, render_dockerfile, wheel_groups, with_base_image  # noqa: E402
+from provision.render.docker import image_account, wheel_groups, with_base_image  # noqa: E402
 from provision.runners import docker as runner  # noqa: E402
 from provision.sandbox import ensure_base_image  # noqa: E402
 
@@ -78,9 +78,9 @@ def main() -> int:
 
     # Both first builds ignore the layer cache (--no-cache), so their times compare; the wheels come from the
     # provision cache for both (downloading them is not what is measured).
-    gen = runner.build(plan, render_dockerfile(plan, skip_frameworks=skip), tag=f"provision-bench/{plan.profile}:gen",
+    gen = runner.build(plan, tag=f"provision-bench/{plan.profile}:gen",
                        skip_frameworks=skip, progress=say, api=api, no_cache=True)
-    with runner.build_context(plan, "", skip_frameworks=skip, api=api, progress=say) as ctx:
+    with runner.build_context(plan, skip_frameworks=skip, api=api, progress=say) as ctx:
         (ctx / "Dockerfile").write_text(naive_dockerfile(plan, wheel_groups(plan, skip_frameworks=skip)))
         started = time.monotonic()
         runner.stream_build(api, ctx, f"provision-bench/{plan.profile}:naive", no_cache=True,
@@ -89,8 +89,7 @@ def main() -> int:
     naive_size = int(api.inspect_image(f"provision-bench/{plan.profile}:naive")["Size"])
 
     moved = plan.model_copy(update={"jupyter": plan.jupyter.model_copy(update={"port": plan.jupyter.port + 1})})
-    rebuild = runner.build(moved, render_dockerfile(moved, skip_frameworks=skip),
-                           tag=f"provision-bench/{plan.profile}:gen-port", skip_frameworks=skip, progress=say, api=api)
+    rebuild = runner.build(moved, tag=f"provision-bench/{plan.profile}:gen-port", skip_frameworks=skip, progress=say, api=api)
     # BuildKit's log (provision.runners.buildkit): a step that ran ends with `DONE [n/m] <instruction> <time>`,
     # one taken from the cache is `CACHED [n/m] <instruction>`; the environment's steps (pip install) do not
     # appear at all when its image is reused.

@@ -87,7 +87,7 @@ def render(
     files["dockerfile"].write_text(dockerfile)
     if image_context:
         with Activity(err, "laying out the build context") as activity:
-            runner.write_context(with_base_image(result, base_image), dockerfile, output,
+            runner.write_context(with_base_image(result, base_image), output, profile_path=profile,
                                  skip_frameworks=skip_frameworks, progress=activity.update)
     files |= write_standalone(output, files, profile=str(profile), os_override=os_override, base_image=base_image,
                               skip_frameworks=skip_frameworks, image_context=image_context,

@@ -61,7 +61,7 @@ def build(
     from provision.errors import UsageError
     from provision.image_hosts import destinations
     from provision.pipeline.plan import plan_from
-    from provision.render.docker import render_dockerfile, with_base_image
+    from provision.render.docker import with_base_image
     from provision.runners import docker as runner
 
     indexes = index_overrides(index, python_mirror)
@@ -80,7 +80,6 @@ def build(
         found = targets(profile, inventory, None, os, limit, False, indexes=indexes)
         where = destinations(resolved, profile, inventory, found)
     plan = with_base_image(resolved, base_image)
-    dockerfile = render_dockerfile(plan, profile, skip_frameworks=skip_frameworks)
     image_tag = tag or runner.default_tag(plan, skip_frameworks=skip_frameworks)
     with err.status(f"building {image_tag}") as status:
 
@@ -94,8 +93,8 @@ def build(
             if runner.is_step_line(line) or line.startswith(("downloading", "wheels for", "building", "environment", "python:")):
                 err.print(line, markup=False, style="dim" if line.startswith("CACHED ") else None)
 
-        result = runner.build(plan, dockerfile, tag=image_tag, no_cache=no_cache, skip_frameworks=skip_frameworks,
-                              progress=progress)
+        result = runner.build(plan, tag=image_tag, profile_path=profile, no_cache=no_cache,
+                              skip_frameworks=skip_frameworks, progress=progress)
     loaded = load_onto(where, result.tag, result.size_bytes, runner) if where else []
     if json_out:
         print_json({"image_id": result.image_id, "tag": result.tag, "size_bytes": result.size_bytes,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import jinja2
 
@@ -290,24 +290,6 @@ def python_archive(plan: Plan, sha256: str | None = None) -> PythonArchive | Non
     return PythonArchive(name=managed.archive, sha256=digest, prefix=managed.prefix)
 
 
-def pin_python_archive(dockerfile: str, plan: Plan, sha256: str) -> str:
-    """The rendered Dockerfile of a managed plan, checking its archive against `sha256`: the one
-    provision.interpreters.fetch verified for the file the build context holds.
-
-    `render_dockerfile` writes the database's sha256. A mirror named with --python-mirror may hold another build of
-    the same name, which its own SHA256SUMS vouches for (interpreters.accepted); the build context then holds that
-    file, and the Dockerfile sent with it must name that file's sha256 or its check would refuse it. Only the one
-    SHA256SUMS line of the venv stage changes, so the rest of the text (and its cache keys) stays as rendered.
-    """
-    old, new = python_archive(plan), python_archive(plan, sha256)
-    if old is None or new is None or new.sha256 == old.sha256:
-        return dockerfile
-    if dockerfile.count(old.sums_line) != 1:
-        raise UsageError(f"{plan.profile}: the Dockerfile does not check {old.name} against the plan's sha256 once; "
-                         "render it again from the same plan (`provision render`, `provision build`)")
-    return dockerfile.replace(old.sums_line, new.sums_line)
-
-
 def cudnn_label(plan: Plan) -> str:
     """io.provision.cudnn.source: base-image | pypi | the plan's source (platform, framework, a distribution)."""
     if plan.cudnn.version is None:
@@ -417,16 +399,43 @@ _BASE_TEXT = {
 }
 
 
-def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, skip_frameworks: bool = False) -> str:
-    """The Dockerfile for `plan` (its `image.base_image` already chosen; see `with_base_image`).
+@dataclass(frozen=True)
+class DockerBuild:
+    """The image's Dockerfile as data (issue 54 part 4): rendered once from templates/Dockerfile.j2, whose two
+    blocks are its two stages. `venv`: the header and stage 1, the environment built from the wheel directories;
+    `runtime`: stage 2, which copies the environment from stage 1. `dockerfile` is the whole file (`provision
+    render`, `docker build DIR`); `runtime_from(image)` is stage 2 copying from an image already built from stage 1
+    (provision.runners.docker builds the two apart, so the wheels are sent only when the environment changes)."""
+
+    venv: str
+    runtime: str
+    context: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def dockerfile(self) -> str:
+        return self.venv + self.runtime
+
+    def runtime_from(self, venv_image: str) -> str:
+        """Stage 2 with its `COPY --from` naming `venv_image`, rendered from the same block with that one value."""
+        return _render_block("runtime", self.context | {"venv_from": venv_image})
+
+
+def _render_block(name: str, context: dict[str, Any]) -> str:
+    template = _env().get_template(TEMPLATE)
+    return "".join(template.blocks[name](template.new_context(context)))
+
+
+def image_build(plan: Plan, profile_path: str | Path | None = None, *, skip_frameworks: bool = False,
+                python_sha256: str | None = None) -> DockerBuild:
+    """The Dockerfile for `plan` (its `image.base_image` already chosen; see `with_base_image`), as its two stages.
 
     Args:
         plan: the resolved plan.
         profile_path: the profile the plan came from, named in the header (`profiles/<name>.yaml`).
         skip_frameworks: leave the framework wheels out (quick builds, tests); recorded in io.provision.frameworks.
-
-    A managed plan's Dockerfile checks the interpreter's archive against the database's sha256; where the build
-    context holds a mirror's build of it, `pin_python_archive` names that file's sha256 instead.
+        python_sha256: a managed plan's archive is checked against this sha256: the one provision.interpreters.fetch
+            verified for the file the build context holds (a mirror named with --python-mirror may hold another
+            build of the same name, which its own SHA256SUMS vouches for). None: the database's.
 
     Raises:
         UsageError: the plan cannot be built on its base image (e.g. NVIDIA's apt repository on a plain base).
@@ -436,30 +445,38 @@ def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, ski
     apt = sorted({*plan.image.apt_packages, *plan.python.packages, *cuda_apt})
     require, require_why = require_cuda(plan)
     user, uid, home = image_account(plan)
-    return _env().get_template(TEMPLATE).render(
-        plan=plan,
-        version=__version__,
-        source=source_name(plan, profile_path),
-        base_kind_text=_BASE_TEXT[kind],
-        frameworks_label=frameworks_label(plan, skip_frameworks=skip_frameworks),
-        apt_packages=apt,
-        cuda_apt_packages=cuda_apt,
+    context: dict[str, Any] = {
+        "plan": plan,
+        "version": __version__,
+        "source": source_name(plan, profile_path),
+        "base_kind_text": _BASE_TEXT[kind],
+        "frameworks_label": frameworks_label(plan, skip_frameworks=skip_frameworks),
+        "apt_packages": apt,
+        "cuda_apt_packages": cuda_apt,
         # On an nvidia/cuda base (a --base-image) the repository is configured already; a second entry with another
         # key file would make apt refuse both ("Conflicting values set for option Signed-By").
-        apt_repository=plan.image.apt_repository if kind == "plain" else None,
-        wheel_groups=wheel_groups(plan, skip_frameworks=skip_frameworks),
-        require_cuda=require,
-        require_cuda_why=require_why,
-        labels=labels(plan, skip_frameworks=skip_frameworks),
-        uid=uid,
-        home=home,
-        sh_user=shlex.quote(user),
-        sh_home=shlex.quote(home),
-        cudnn_origin=cudnn_origin(plan, skip_frameworks=skip_frameworks),
-        cuda_home=plan.cuda.home if kind == "plain" else None,  # CUDA in the base: its own layout, not the host's
-        jupyter_files=jupyter_files(plan, skip_frameworks=skip_frameworks) if plan.jupyter.enabled else {},
-        python_archive=python_archive(plan),
-    )
+        "apt_repository": plan.image.apt_repository if kind == "plain" else None,
+        "wheel_groups": wheel_groups(plan, skip_frameworks=skip_frameworks),
+        "require_cuda": require,
+        "require_cuda_why": require_why,
+        "labels": labels(plan, skip_frameworks=skip_frameworks),
+        "uid": uid,
+        "home": home,
+        "sh_user": shlex.quote(user),
+        "sh_home": shlex.quote(home),
+        "cudnn_origin": cudnn_origin(plan, skip_frameworks=skip_frameworks),
+        "cuda_home": plan.cuda.home if kind == "plain" else None,  # CUDA in the base: its own layout, not the host's
+        "jupyter_files": jupyter_files(plan, skip_frameworks=skip_frameworks) if plan.jupyter.enabled else {},
+        "python_archive": python_archive(plan, python_sha256),
+        "venv_from": "venv",  # stage 2 copies from stage 1 by its name (runtime_from: from an image built from it)
+    }
+    return DockerBuild(venv=_render_block("venv", context), runtime=_render_block("runtime", context), context=context)
+
+
+def render_dockerfile(plan: Plan, profile_path: str | Path | None = None, *, skip_frameworks: bool = False,
+                      python_sha256: str | None = None) -> str:
+    """The whole Dockerfile for `plan` (image_build's two stages, one after the other)."""
+    return image_build(plan, profile_path, skip_frameworks=skip_frameworks, python_sha256=python_sha256).dockerfile
 
 
 def jupyter_files(plan: Plan, *, skip_frameworks: bool = False) -> dict[str, str]:

@@ -32,7 +32,7 @@ from packaging.utils import canonicalize_name
 from support.plans import real_plan
 
 from provision.models import Plan
-from provision.render.docker import render_dockerfile, with_base_image
+from provision.render.docker import with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image
 from provision.verify.expect import Expect
@@ -83,8 +83,7 @@ def shared_environments() -> Iterator[list[str]]:
 def image(request: pytest.FixtureRequest,
           shared_environments: list[str]) -> Iterator[tuple[Plan, runner.BuildResult]]:
     plan = plan_for_image(request.param)
-    result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True), tag=f"provision-test/{plan.profile}:ci",
-                          skip_frameworks=True)
+    result = runner.build(plan, tag=f"provision-test/{plan.profile}:ci", skip_frameworks=True)
     yield plan, result
     if plan.image.base_image == UID1000_BASE:
         shared_environments.append(result.venv_image)
@@ -153,8 +152,7 @@ def test_a_port_change_rebuilds_nothing_heavy(image: tuple[Plan, runner.BuildRes
     port = plan.jupyter.port + 1
     moved = plan.model_copy(update={"jupyter": plan.jupyter.model_copy(update={"port": port})})
     seen: list[str] = []
-    again = runner.build(moved, render_dockerfile(moved, skip_frameworks=True),
-                         tag=f"provision-test/{plan.profile}:port", skip_frameworks=True, progress=seen.append)
+    again = runner.build(moved, tag=f"provision-test/{plan.profile}:port", skip_frameworks=True, progress=seen.append)
     request.addfinalizer(lambda: remove_images(again.tag))
     assert again.venv_image == first.venv_image
     assert any(line.startswith("environment ") and "built already" in line for line in seen), seen
@@ -414,8 +412,7 @@ def uid1000_image(shared_environments: list[str]) -> Iterator[tuple[Plan, runner
     before = subprocess.run(["docker", "run", "--rm", "--entrypoint", "id", UID1000_BASE, "-un", "1000"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert before == "ubuntu"  # the base really has the account the image's own cannot be created beside
-    result = runner.build(plan, render_dockerfile(plan, skip_frameworks=True),
-                          tag="provision-test/deskmini:uid1000", skip_frameworks=True)
+    result = runner.build(plan, tag="provision-test/deskmini:uid1000", skip_frameworks=True)
     shared_environments.append(result.venv_image)
     yield plan, result
     remove_images(result.tag)
@@ -524,7 +521,7 @@ def test_jetson_arm64_refused_before_starting() -> None:
 def test_full_image_with_frameworks(request: pytest.FixtureRequest) -> None:
     """P2 with PyTorch from PyPI (the cu117 build, ~2 GB with its nvidia dependencies)."""
     plan = plan_for_image("aws-p2")
-    result = runner.build(plan, render_dockerfile(plan), tag="provision-test/aws-p2:full")
+    result = runner.build(plan, tag="provision-test/aws-p2:full")
     request.addfinalizer(lambda: remove_images(result.tag, result.venv_image))
     fw = plan.frameworks[0]
     assert result.labels["io.provision.frameworks"].startswith(f"{fw.package}=={fw.version}")

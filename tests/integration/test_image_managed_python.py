@@ -36,7 +36,7 @@ from support.standin_python import standin_archive_bytes_tampered, standin_mirro
 from provision.errors import RunFailed
 from provision.models import Plan
 from provision.pipeline.plan import plan_for
-from provision.render.docker import pin_python_archive, render_dockerfile, with_base_image
+from provision.render.docker import render_dockerfile, with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image
 from tests.support.images import remove_images
@@ -190,7 +190,7 @@ def test_the_venv_stage_checks_the_archive_itself(pinned: dict, tmp_path: Path, 
     assert plan.python.managed is not None
     name = plan.python.managed.archive
     listed = (pinned["mirror"] / "SHA256SUMS").read_text().split()[0]
-    dockerfile = pin_python_archive(render_dockerfile(plan, skip_frameworks=True), plan, listed)
+    dockerfile = render_dockerfile(plan, skip_frameworks=True, python_sha256=listed)
     head, sep, _ = dockerfile.partition("\n\n# The environment has the same path")
     assert sep and head.endswith("    fi"), head[-300:]
     ctx = tmp_path / "ctx"

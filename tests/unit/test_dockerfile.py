@@ -22,7 +22,7 @@ from provision.render.docker import (
     base_has_cudnn,
     base_kind,
     base_without_cudnn,
-    pin_python_archive,
+    image_build,
     python_archive,
     render_dockerfile,
     wheel_groups,
@@ -34,7 +34,6 @@ from provision.runners.docker import (
     fetch_python,
     leave_out_wheels,
     make_context,
-    split_stages,
     wheel_dir,
 )
 
@@ -452,30 +451,34 @@ def test_the_managed_plan_installs_no_python_packages() -> None:
 
 
 def test_a_mirrors_build_of_the_archive_is_checked_by_its_own_sha256() -> None:
-    """`provision build` and `render --image-context` pin the Dockerfile to the sha256 of the file the context holds:
-    the database's, or the one the named mirror's SHA256SUMS vouched for. Only the SHA256SUMS line changes."""
+    """`provision build` and `render --image-context` render the Dockerfile once the archive is fetched, checking
+    the sha256 of the file the context holds: the database's, or the one the named mirror's SHA256SUMS vouched for.
+    Only the SHA256SUMS line differs."""
     plan = deskmini_managed()
     text = render_dockerfile(plan)
-    assert pin_python_archive(text, plan, MANAGED.sha256) == text
+    assert render_dockerfile(plan, python_sha256=MANAGED.sha256) == text
     other = hashlib.sha256(b"a mirror's build").hexdigest()
-    pinned = pin_python_archive(text, plan, other)
+    pinned = render_dockerfile(plan, python_sha256=other)
     assert f"RUN echo '{other}  /tmp/python/{MANAGED.archive}' > /tmp/python/SHA256SUMS" in pinned
     assert MANAGED.sha256 not in pinned
     assert [a for a, b in zip(text.splitlines(), pinned.splitlines(), strict=True) if a != b] == [
         f"RUN echo '{MANAGED.sha256}  /tmp/python/{MANAGED.archive}' > /tmp/python/SHA256SUMS \\"]
     with pytest.raises(UsageError, match="not a sha256"):
-        pin_python_archive(text, plan, "$(id)")
-    with pytest.raises(UsageError, match="does not check"):
-        pin_python_archive(text.replace(MANAGED.sha256, "0" * 64), plan, other)
+        render_dockerfile(plan, python_sha256="$(id)")
 
 
-def test_split_stages_sends_both_copies_to_the_environment_image() -> None:
-    text = render_dockerfile(with_base_image(deskmini_managed(), "provision/debian:13"))
-    venv, runtime = split_stages(text, "provision-venv/deskmini:0123")
-    assert "sha256sum --check" in venv and "COPY --from=" not in venv
+def test_the_stages_come_rendered_apart_and_the_runtime_copies_from_the_environment_image() -> None:
+    """The two builds provision.runners.docker sends are the template's two blocks, rendered from one context: the
+    whole Dockerfile is the one, then the other, and stage 2 copies from the environment image by the one value
+    that differs, with no text cut or replaced after rendering."""
+    build = image_build(with_base_image(deskmini_managed(), "provision/debian:13"))
+    venv, runtime = build.venv, build.runtime_from("provision-venv/deskmini:0123")
+    assert build.dockerfile == build.venv + build.runtime
+    assert build.runtime.startswith("FROM provision/debian:13 AS runtime\n")
+    assert "sha256sum --check" in venv and "COPY --from=" not in venv and " AS runtime" not in venv
     assert f"COPY --from=provision-venv/deskmini:0123 {MANAGED.prefix} {MANAGED.prefix}\n" in runtime
     assert "COPY --from=provision-venv/deskmini:0123 /opt/provision/venv /opt/provision/venv\n" in runtime
-    assert "--from=venv" not in runtime
+    assert "--from=venv" not in runtime and build.runtime.count("COPY --from=venv ") == 2
 
 
 def _mirror(tmp_path: Path, content: bytes, sums: bytes | None = None) -> Path:
@@ -493,16 +496,18 @@ def test_the_build_context_holds_the_checked_archive(tmp_path: Path, monkeypatch
     content = b"a stand-in archive"
     plan = deskmini_managed(MANAGED.model_copy(update={"mirror": str(_mirror(tmp_path, content))}))
     seen: list[str] = []
-    python = fetch_python(plan, render_dockerfile(plan), seen.append)
+    python = fetch_python(plan, seen.append)
     assert python is not None and python.dest == f"python/{MANAGED.archive}"
+    assert python.sha256 == hashlib.sha256(content).hexdigest()
     (tmp_path / "ctx").mkdir()
-    ctx = make_context(tmp_path / "ctx", python.dockerfile, {}, tools=False, python=python)
+    ctx = make_context(tmp_path / "ctx", render_dockerfile(plan, python_sha256=python.sha256), {}, tools=False,
+                       python=python)
     assert (ctx / python.dest).read_bytes() == content
     dockerfile = (ctx / "Dockerfile").read_text()
     copy = re.search(r"^COPY (python/\S+) ", dockerfile, re.M)
     assert copy and (ctx / copy.group(1)).is_file()
     assert f"RUN echo '{hashlib.sha256(content).hexdigest()}  /tmp/python/{MANAGED.archive}'" in dockerfile
-    assert fetch_python(deskmini(), "", seen.append) is None  # the distribution's python3: nothing to fetch
+    assert fetch_python(deskmini(), seen.append) is None  # the distribution's python3: nothing to fetch
 
 
 def test_an_archive_nobody_vouches_for_is_refused_before_the_build(tmp_path: Path,
@@ -510,4 +515,4 @@ def test_an_archive_nobody_vouches_for_is_refused_before_the_build(tmp_path: Pat
     monkeypatch.setenv("PROVISION_CACHE", str(tmp_path / "cache"))
     plan = deskmini_managed(MANAGED.model_copy(update={"mirror": str(_mirror(tmp_path, b"tampered", b"original"))}))
     with pytest.raises(RefusedError, match="refused"):
-        fetch_python(plan, render_dockerfile(plan), lambda line: None)
+        fetch_python(plan, lambda line: None)

@@ -1,20 +1,19 @@
 """The build context on disk: the Dockerfile, the wheels (hard links into the cache), a managed plan's interpreter
-archive (`fetch_python()`), the verifier and the Jupyter launcher (`make_context()`); and the rendered Dockerfile cut
-into its two builds, the environment (`venv`) stage and the `runtime` stage (`split_stages()`, `_venv_tag()`)."""
+archive (`fetch_python()`), the verifier and the Jupyter launcher (`make_context()`); and the name of the environment
+image built from the Dockerfile's first stage (`_venv_tag()`). The stages come rendered apart
+(provision.render.docker.DockerBuild): nothing here cuts or edits the rendered text."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from provision import interpreters
-from provision.errors import RunFailed
 from provision.models import Plan
-from provision.render.docker import LAUNCHER, pin_python_archive, python_archive
+from provision.render.docker import LAUNCHER, python_archive
 from provision.resources import share_dir
 from provision.runners.docker.engine import Progress
 
@@ -35,24 +34,25 @@ def _link_tree(src: Path, dest: Path) -> None:
 
 @dataclass(frozen=True)
 class ContextArchive:
-    """A managed plan's interpreter for the build context: the checked file in the controller's cache, and the
-    Dockerfile that checks it against that file's sha256."""
+    """A managed plan's interpreter for the build context: the checked file in the controller's cache and its sha256,
+    which the Dockerfile is rendered to check (render.docker.image_build's python_sha256)."""
 
     source: Path  # provision.state.cache_root()/python/<archive>
     dest: str  # its path in the build context (python/<archive>)
-    dockerfile: str
+    sha256: str
 
 
-def fetch_python(plan: Plan, dockerfile: str, progress: Progress) -> ContextArchive | None:
+def fetch_python(plan: Plan, progress: Progress) -> ContextArchive | None:
     """The archive of a managed plan (None otherwise), fetched into the controller's cache and checked against the
-    database's sha256 or the named mirror's SHA256SUMS (interpreters.fetch: refused, exit 2, when it is neither),
-    with the Dockerfile pinned to the sha256 of that very file, so the image's check and the hosts' agree."""
+    database's sha256 or the named mirror's SHA256SUMS (interpreters.fetch: refused, exit 2, when it is neither).
+    The Dockerfile is then rendered to check the sha256 of that very file, so the image's check and the hosts'
+    agree."""
     archive = python_archive(plan)
     if archive is None or plan.python.managed is None:
         return None
     path, sha256 = interpreters.fetch(plan.python.managed, log=progress)
     progress(f"python: {archive.name}, sha256 {sha256[:12]}..., checked")
-    return ContextArchive(source=path, dest=archive.context_path, dockerfile=pin_python_archive(dockerfile, plan, sha256))
+    return ContextArchive(source=path, dest=archive.context_path, sha256=sha256)
 
 
 def _link_file(src: Path, dest: Path) -> None:
@@ -90,24 +90,6 @@ def make_context(dest: Path, dockerfile: str, wheel_dirs: dict[str, Path], *, to
     (dest / "docker").mkdir()
     shutil.copy2(share_dir("templates") / LAUNCHER, dest / LAUNCHER)
     return dest
-
-
-_RUNTIME_FROM = re.compile(r"^FROM \S+ AS runtime$", re.M)
-
-
-VENV_COPY = "COPY --from=venv "
-
-
-def split_stages(dockerfile: str, venv_image: str) -> tuple[str, str]:
-    """The rendered Dockerfile as two builds: the `venv` stage alone, and the `runtime` stage copying from the
-    image that the first build tagged `venv_image` (the environment, and a managed plan's interpreter before it).
-    Same instructions, same layers, same cache keys."""
-    found = _RUNTIME_FROM.search(dockerfile)
-    venv, runtime = (dockerfile[:found.start()], dockerfile[found.start():]) if found else (dockerfile, "")
-    if found is None or VENV_COPY in venv or VENV_COPY not in runtime:
-        raise RunFailed("the rendered Dockerfile has no `FROM ... AS runtime` stage copying from `venv`; "
-                        "templates/Dockerfile.j2 and provision.runners.docker disagree (a provision bug: report it)")
-    return venv, runtime.replace(VENV_COPY, f"COPY --from={venv_image} ")
 
 
 def _venv_tag(plan: Plan, venv_dockerfile: str, base_id: str, wheel_dirs: dict[str, Path]) -> str:
