@@ -73,24 +73,37 @@ def store() -> Store:
     return Store(cache_root() / "python", "python")
 
 
-def fetch(managed: ManagedPython, *, log=None) -> tuple[Path, str]:
+def fetch(managed: ManagedPython, *, log=None, hold: Path | None = None) -> tuple[Path, str]:
     """The archive in the controller's cache, checked: (path, its sha256). Downloaded (or copied from a mirror
     directory) to a partial file that is admitted into the store (renamed and recorded) only once whole and matching,
     so a cut download is never used. Raises RefusedError when its hash is neither the database's nor the mirror's,
-    RunnerError when it cannot be read."""
+    RunnerError when it cannot be read.
+
+    hold: a directory of the caller's, on the cache's file system, where the archive is linked under the store's
+    lock; the path returned is that link. Another provision that then removes the store's file (a run naming
+    another mirror, whose build of the same name the store then replaces) cannot take it from under a build that
+    is still putting it in its context."""
     hashes = accepted(managed)
     cache = store()
-    have = cache.ready(managed.archive, hashes)
+    have = cache.ready(managed.archive, hashes) if hold is None else None
     if have:
         return have
     cache.root.mkdir(parents=True, exist_ok=True)
     with cache.lock():
         # One of ours, as recorded or adopted; another mirror's build of the same name, or damaged: read again.
         have = cache.get(managed.archive, hashes)
-        if have:
+        if not have:
+            partial, digest = _download(managed, hashes, cache.root, log)
+            have = cache.admit(partial, digest, name=managed.archive), digest
+        if hold is None:
             return have
-        partial, digest = _download(managed, hashes, cache.root, log)
-        return cache.admit(partial, digest, name=managed.archive), digest
+        held = hold / managed.archive
+        held.unlink(missing_ok=True)
+        try:
+            os.link(have[0], held)
+        except OSError:  # another file system: a copy of its own
+            shutil.copyfile(have[0], held)
+        return held, have[1]
 
 
 def _download(managed: ManagedPython, hashes: list[str], into: Path, log) -> tuple[Path, str]:

@@ -75,10 +75,12 @@ def apply(host: dict, profile: str, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_an_archive_that_matches_no_trusted_hash_is_refused_before_anything_changes(host):
+    from provision import interpreters
     from provision.state import cache_root
 
     archive = host["plan"].python.managed.archive
-    (cache_root() / "python" / archive).unlink(missing_ok=True)  # read from the mirror, not from an earlier run
+    with interpreters.store().lock():  # as provision removes a file of the store: never under another's reader
+        (cache_root() / "python" / archive).unlink(missing_ok=True)  # read from the mirror, not an earlier run
     bad = standin_archive_bytes_tampered(host["mirror"], archive, host["tmp"] / "bad-mirror")
     before = sh("ls -A /opt /var/lib; dpkg-query -W -f '${Package}\\n' | sort | sha256sum").stdout
     proc = apply(host, host["pinned"], "--python-mirror", str(bad))

@@ -496,9 +496,15 @@ def test_the_build_context_holds_the_checked_archive(tmp_path: Path, monkeypatch
     content = b"a stand-in archive"
     plan = deskmini_managed(MANAGED.model_copy(update={"mirror": str(_mirror(tmp_path, content))}))
     seen: list[str] = []
-    python = fetch_python(plan, seen.append)
+    held = tmp_path / "held"
+    held.mkdir()
+    python = fetch_python(plan, seen.append, held)
     assert python is not None and python.dest == f"python/{MANAGED.archive}"
     assert python.sha256 == hashlib.sha256(content).hexdigest()
+    # The build's own link: a removal from the store (another mirror's run replacing the file) cannot take it away.
+    assert python.source == held / MANAGED.archive
+    (tmp_path / "cache" / "python" / MANAGED.archive).unlink()
+    assert python.source.read_bytes() == content
     (tmp_path / "ctx").mkdir()
     ctx = make_context(tmp_path / "ctx", render_dockerfile(plan, python_sha256=python.sha256), {}, tools=False,
                        python=python)
@@ -507,7 +513,7 @@ def test_the_build_context_holds_the_checked_archive(tmp_path: Path, monkeypatch
     copy = re.search(r"^COPY (python/\S+) ", dockerfile, re.M)
     assert copy and (ctx / copy.group(1)).is_file()
     assert f"RUN echo '{hashlib.sha256(content).hexdigest()}  /tmp/python/{MANAGED.archive}'" in dockerfile
-    assert fetch_python(deskmini(), seen.append) is None  # the distribution's python3: nothing to fetch
+    assert fetch_python(deskmini(), seen.append, held) is None  # the distribution's python3: nothing to fetch
 
 
 def test_an_archive_nobody_vouches_for_is_refused_before_the_build(tmp_path: Path,
@@ -515,4 +521,4 @@ def test_an_archive_nobody_vouches_for_is_refused_before_the_build(tmp_path: Pat
     monkeypatch.setenv("PROVISION_CACHE", str(tmp_path / "cache"))
     plan = deskmini_managed(MANAGED.model_copy(update={"mirror": str(_mirror(tmp_path, b"tampered", b"original"))}))
     with pytest.raises(RefusedError, match="refused"):
-        fetch_python(plan, lambda line: None)
+        fetch_python(plan, lambda line: None, tmp_path)

@@ -110,15 +110,21 @@ class BuildResult:
         return {k: v for k, v in sorted(self.labels.items()) if k.startswith("io.provision.")}
 
 
+@contextmanager
 def _inputs(plan: Plan, api: Any, *, skip_frameworks: bool,
-            progress: Progress) -> tuple[ContextArchive | None, dict[str, Path]]:
+            progress: Progress) -> Iterator[tuple[ContextArchive | None, dict[str, Path]]]:
     """Every input of the build fetched and checked on the controller before anything is rendered or sent: a managed
-    plan's interpreter first (an archive nobody vouches for is refused before gigabytes of wheels are downloaded),
-    then each wheel group for the base image's Python and C library."""
-    python = fetch_python(plan, progress)
-    target = WheelTarget(python=plan.python.version, glibc=probe_glibc(api, plan.image.base_image),
-                         machine=PLATFORM_MACHINE[plan.image.platform])
-    return python, {g.name: fetch_wheels(g, target, progress) for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
+    plan's interpreter first (an archive nobody vouches for is refused before gigabytes of wheels are downloaded;
+    held by a link of the build's own until the block ends), then each wheel group for the base image's Python and
+    C library."""
+    tmp_root = cache_root() / "tmp"  # beside the caches, so the hard links work (same file system)
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"inputs-{plan.profile}-", dir=tmp_root) as held:
+        python = fetch_python(plan, progress, Path(held))
+        target = WheelTarget(python=plan.python.version, glibc=probe_glibc(api, plan.image.base_image),
+                             machine=PLATFORM_MACHINE[plan.image.platform])
+        yield python, {g.name: fetch_wheels(g, target, progress)
+                       for g in wheel_groups(plan, skip_frameworks=skip_frameworks)}
 
 
 def _stages(plan: Plan, profile_path: str | Path | None, python: ContextArchive | None, *,
@@ -133,13 +139,11 @@ def _stages(plan: Plan, profile_path: str | Path | None, python: ContextArchive 
 def build_context(plan: Plan, *, skip_frameworks: bool, api: Any, progress: Progress,
                   profile_path: str | Path | None = None) -> Iterator[Path]:
     """Fetch the inputs and lay out the whole context in a temporary directory (removed afterwards)."""
-    python, dirs = _inputs(plan, api, skip_frameworks=skip_frameworks, progress=progress)
-    dockerfile = _stages(plan, profile_path, python, skip_frameworks=skip_frameworks).dockerfile
-    # Beside the wheel cache, so the hard links work (same file system).
-    tmp_root = cache_root() / "tmp"
-    tmp_root.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=tmp_root) as tmp:
-        yield make_context(Path(tmp), dockerfile, dirs, python=python)
+    with _inputs(plan, api, skip_frameworks=skip_frameworks, progress=progress) as (python, dirs):
+        dockerfile = _stages(plan, profile_path, python, skip_frameworks=skip_frameworks).dockerfile
+        # Beside the wheel cache, so the hard links work (same file system).
+        with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=cache_root() / "tmp") as tmp:
+            yield make_context(Path(tmp), dockerfile, dirs, python=python)
 
 
 def build(plan: Plan, *, tag: str, profile_path: str | Path | None = None, no_cache: bool = False,
@@ -160,21 +164,21 @@ def build(plan: Plan, *, tag: str, profile_path: str | Path | None = None, no_ca
     check_base_cudnn(plan, base, skip_frameworks=skip_frameworks, progress=progress)
     started = time.monotonic()
     platform = plan.image.platform or None
-    python, dirs = _inputs(plan, api, skip_frameworks=skip_frameworks, progress=progress)
-    stages = _stages(plan, profile_path, python, skip_frameworks=skip_frameworks)
-    venv_image = _venv_tag(plan, stages.venv, base["Id"], dirs)
     log: list[str] = []
     cached = ran = 0
     tmp_root = cache_root() / "tmp"  # beside the wheel cache, so the hard links work (same file system)
-    tmp_root.mkdir(exist_ok=True)
-    progress(f"building {tag} from {plan.image.base_image} ({plan.image.platform})")
-    if no_cache or not _image_exists(api, venv_image):
-        with tempfile.TemporaryDirectory(prefix=f"venv-{plan.profile}-", dir=tmp_root) as tmp:
-            ctx = make_context(Path(tmp), stages.venv, dirs, tools=False, python=python)
-            c, r = stream_build(api, ctx, venv_image, no_cache=no_cache, platform=platform, progress=progress, log=log)
-            cached, ran = cached + c, ran + r
-    else:
-        progress(f"environment {venv_image} is built already: its wheels are not sent again")
+    with _inputs(plan, api, skip_frameworks=skip_frameworks, progress=progress) as (python, dirs):
+        stages = _stages(plan, profile_path, python, skip_frameworks=skip_frameworks)
+        venv_image = _venv_tag(plan, stages.venv, base["Id"], dirs)
+        progress(f"building {tag} from {plan.image.base_image} ({plan.image.platform})")
+        if no_cache or not _image_exists(api, venv_image):
+            with tempfile.TemporaryDirectory(prefix=f"venv-{plan.profile}-", dir=tmp_root) as tmp:
+                ctx = make_context(Path(tmp), stages.venv, dirs, tools=False, python=python)
+                c, r = stream_build(api, ctx, venv_image, no_cache=no_cache, platform=platform, progress=progress,
+                                    log=log)
+                cached, ran = cached + c, ran + r
+        else:
+            progress(f"environment {venv_image} is built already: its wheels are not sent again")
     header = (f"# The runtime stage of the Dockerfile `provision render` writes for {plan.profile}; its environment "
               f"comes from {venv_image}, built from the venv stage.\n")
     with tempfile.TemporaryDirectory(prefix=f"build-{plan.profile}-", dir=tmp_root) as tmp:
@@ -205,9 +209,9 @@ def write_context(plan: Plan, dest: Path, *, skip_frameworks: bool, progress: Pr
     api = connect()
     check_platform(api, plan)
     ensure_base(api, plan.image.base_image, progress)
-    python, dirs = _inputs(plan, api, skip_frameworks=skip_frameworks, progress=progress)
-    dest.mkdir(parents=True, exist_ok=True)
-    for part in ("wheels", "provision", "docker", "python"):  # what an earlier --image-context wrote here
-        shutil.rmtree(dest / part, ignore_errors=True)
-    dockerfile = _stages(plan, profile_path, python, skip_frameworks=skip_frameworks).dockerfile
-    return make_context(dest, dockerfile, dirs, python=python)
+    with _inputs(plan, api, skip_frameworks=skip_frameworks, progress=progress) as (python, dirs):
+        dest.mkdir(parents=True, exist_ok=True)
+        for part in ("wheels", "provision", "docker", "python"):  # what an earlier --image-context wrote here
+            shutil.rmtree(dest / part, ignore_errors=True)
+        dockerfile = _stages(plan, profile_path, python, skip_frameworks=skip_frameworks).dockerfile
+        return make_context(dest, dockerfile, dirs, python=python)

@@ -42,15 +42,16 @@ class ContextArchive:
     sha256: str
 
 
-def fetch_python(plan: Plan, progress: Progress) -> ContextArchive | None:
+def fetch_python(plan: Plan, progress: Progress, hold: Path) -> ContextArchive | None:
     """The archive of a managed plan (None otherwise), fetched into the controller's cache and checked against the
-    database's sha256 or the named mirror's SHA256SUMS (interpreters.fetch: refused, exit 2, when it is neither).
-    The Dockerfile is then rendered to check the sha256 of that very file, so the image's check and the hosts'
-    agree."""
+    database's sha256 or the named mirror's SHA256SUMS (interpreters.fetch: refused, exit 2, when it is neither),
+    and linked into `hold` (a directory the build keeps until its context is made) under the store's lock, so that
+    no other provision removes it from under the build. The Dockerfile is then rendered to check the sha256 of that
+    very file, so the image's check and the hosts' agree."""
     archive = python_archive(plan)
     if archive is None or plan.python.managed is None:
         return None
-    path, sha256 = interpreters.fetch(plan.python.managed, log=progress)
+    path, sha256 = interpreters.fetch(plan.python.managed, log=progress, hold=hold)
     progress(f"python: {archive.name}, sha256 {sha256[:12]}..., checked")
     return ContextArchive(source=path, dest=archive.context_path, sha256=sha256)
 
