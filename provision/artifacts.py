@@ -38,7 +38,8 @@ from provision.hashes import sha256_file
 from provision.state import cache_lock
 
 MANIFEST = ".manifest.json"
-# The wheelhouse's record before the store (provision <= 2026-11-28): read once, then written as MANIFEST.
+# The wheelhouse's record before the store (provision <= 2026-11-28): read while there is no MANIFEST, then written
+# as MANIFEST; the old file is left as it was, for an older provision that shares the controller's cache.
 LEGACY_MANIFESTS = (".wheels.json",)
 
 OK, CHANGED, BAD, UNKNOWN, MISSING = "ok", "changed", "bad", "unknown", "missing"
@@ -107,8 +108,6 @@ class Store:
         tmp = self.root / f"{MANIFEST}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
         os.replace(tmp, self.root / MANIFEST)
-        for legacy in LEGACY_MANIFESTS:
-            (self.root / legacy).unlink(missing_ok=True)
 
     def state(self, name: str, manifest: dict[str, dict[str, Any]] | None = None) -> str:
         """The one integrity check (file_state) of one file against the manifest."""

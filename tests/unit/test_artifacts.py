@@ -75,7 +75,7 @@ def test_the_wheelhouse_record_of_an_earlier_provision_is_read_and_written_as_th
     assert sandbox.wheelhouse_whole(house)  # the old record is the store's until it is written again
     assert sandbox.check_wheelhouse(house) == []
     assert json.loads((house / MANIFEST).read_text())[wheel.name]["sha256"] == sha(wheel.read_bytes())
-    assert not (house / ".wheels.json").exists()
+    assert (house / ".wheels.json").exists()  # left for an older provision that shares this cache
 
 
 def test_a_managed_interpreter_is_fetched_once_and_fetched_again_when_the_cache_holds_another_file(
