@@ -22,7 +22,7 @@ from pathlib import Path
 from provision import procs, sandbox, state
 from provision.errors import UsageError
 from provision.models import Plan
-from provision.pipeline.targets import Group, Targets
+from provision.pipeline.targets import Targets
 from provision.runners.ansible import mitogen_connections
 from provision.ssh import host_key_warnings, host_keys
 
@@ -45,7 +45,7 @@ def preflight(found: Targets, *, require_password: bool = True, playbook: bool =
         sandbox_release(found.groups[0].plan)
         found = found.reached()  # its address (SSH port); one that is not running yet gets it at start
     if require_password:
-        require_secrets(found.groups, found.inventory if isinstance(found.inventory, Path) else None)
+        require_secrets(found, found.inventory if isinstance(found.inventory, Path) else None)
     found = keyed(found, playbook=playbook)
     return Preflight(host_key_warnings(found.keys), found)
 
@@ -71,12 +71,12 @@ def sandbox_release(plan: Plan) -> str:
     return plan.target.release
 
 
-def require_secrets(groups: list[Group], inventory: Path | None) -> None:
+def require_secrets(found: Targets, inventory: Path | None) -> None:
     """A plan whose Jupyter logs in with a password needs that password from the inventory (vaulted or not; the role
     stores only its hash) or from `apply --ask-jupyter-pass`: refused here, before any host is touched, not by the
     role's assert halfway through."""
-    missing = [h for g in groups if g.plan.jupyter.enabled and g.plan.jupyter.auth == "password"
-               for h in g.hosts if not g.hostvars.get(h, {}).get("jupyter_password")]
+    missing = [h.name for h in found.records if h.plan.jupyter.enabled and h.plan.jupyter.auth == "password"
+               and "jupyter_password" not in h.secrets]
     if missing:
         where = ("add it to the inventory (encrypted: ansible-vault encrypt_string --stdin-name jupyter_password), "
                  "give it with --ask-jupyter-pass") if inventory else "give it with --ask-jupyter-pass"

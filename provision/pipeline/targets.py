@@ -30,11 +30,15 @@ from provision.models import Plan
 from provision.pipeline.plan import display_path, plan_for, profile_label
 from provision.render.ansible import check_ansible_path
 from provision.resources import share_dir
+from provision.runners.testinfra import PASSWORD_VARS
 from provision.ssh import HostKeys
 
 PROFILE_VAR = "provision_profile"
 OS_VAR = "provision_os"
 PYTHON_MIRROR_VAR = "provision_python_mirror"
+# The inventory variables that hold a secret: a password testinfra's own connections cannot use (PASSWORD_VARS), and
+# the Jupyter password the jupyter role hashes.
+SECRET_VARS = PASSWORD_VARS | {"jupyter_password"}
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,9 @@ class Host:
     """One host of a run, as every stage after `targets` reads it: its name, its group (the Plan it gets, the profile
     and OS as given), its variables as the run reaches it (a file inventory's as ansible-inventory gave them; a
     sandbox's from its inventory, with its SSH port once it runs), its SSH host-key policy once stage preflight has
-    computed it (provision.ssh; None before), and whether it is one of provision's sandboxes. Secrets are not here:
-    the run's come with the request (provision.request.Secrets), a host's own stay in its variables."""
+    computed it (provision.ssh; None before), and whether it is one of provision's sandboxes. Its secrets are here
+    by reference only (`secrets`: the names of the variables that hold them); the run's own come with the request
+    (provision.request.Secrets)."""
 
     name: str
     group: Group
@@ -66,6 +71,12 @@ class Host:
     @property
     def plan(self) -> Plan:
         return self.group.plan
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """References to the secrets the host's variables hold: the names of those set (an SSH, become or Jupyter
+        password, vaulted or not), never their values."""
+        return frozenset(name for name in SECRET_VARS if self.vars.get(name))
 
 
 @dataclass(frozen=True)

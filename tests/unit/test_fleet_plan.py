@@ -16,7 +16,7 @@ from provision.drift import host_differences, pinned_wheels, plan_differences
 from provision.errors import IncompatibleError, UsageError
 from provision.pipeline.plan import plan_for
 from provision.pipeline.run import forks_for
-from provision.pipeline.targets import assign, inventory_hostvars
+from provision.pipeline.targets import Targets, assign, inventory_hostvars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,14 +154,23 @@ def test_a_password_login_without_a_password_in_the_inventory_is_refused_before_
     profile = tmp_path / "pw.yaml"
     profile.write_text(text.replace("auth: token", "auth: password"))
     inv = tmp_path / "hosts.yml"
+
+    def found(hostvars: dict, inventory=inv) -> Targets:
+        return Targets(assign(hostvars, profile, "debian-13", None), inventory or {"all": {"hosts": hostvars}}, "k")
+
+    two = found({"lab-1": {"jupyter_password": "vaulted"}, "lab-2": {"ansible_become_password": "x" * 8}})
+    # The host records hold the secrets by reference: which variables are set, never the values.
+    assert {h.name: sorted(h.secrets) for h in two.records} == {"lab-1": ["jupyter_password"],
+                                                               "lab-2": ["ansible_become_password"]}
+    assert "x" * 8 not in repr(sorted(h.secrets for h in two.records))
     with pytest.raises(UsageError, match=r"host\(s\) lab-2: jupyter.auth is 'password' and no jupyter_password"):
-        require_secrets(assign({"lab-1": {"jupyter_password": "vaulted"}, "lab-2": {}}, profile, "debian-13", None), inv)
-    groups = assign({"lab-1": {"jupyter_password": "vaulted"}}, profile, "debian-13", None)
-    require_secrets(groups, inv)
-    assert groups[0].plan.jupyter.auth == "password"
+        require_secrets(two, inv)
+    one = found({"lab-1": {"jupyter_password": "vaulted"}})
+    require_secrets(one, inv)
+    assert one.groups[0].plan.jupyter.auth == "password"
     # A sandbox has no inventory: --ask-jupyter-pass is the way, and the refusal says so.
     with pytest.raises(UsageError, match=r"^the sandbox: host\(s\) box: .* give it with --ask-jupyter-pass, or use"):
-        require_secrets(assign({"box": {}}, profile, "debian-13", None), None)
+        require_secrets(found({"box": {}}, None), None)
     # Grouping asks nothing: given at the prompt (apply --ask-jupyter-pass), or not needed (check, destroy), the
     # preflight is told not to ask it of the inventory.
     assert assign({"box": {}}, profile, "debian-13", None)[0].hosts == ["box"]
