@@ -1,7 +1,8 @@
 """`provision apply`, `destroy` and `check`: the pipeline's stages (provision/pipeline/, one module each; the drawing
 is in docs/design.md) called in order. The CLI parses, asks and prints; this module says what runs after what.
 
-    targets ─▶ preflight ─▶ [the CLI asks] ─▶ locks ─▶ render ─▶ run ─▶ events ─▶ record ─▶ check ─▶ connect ─▶ report
+    targets ─▶ preflight ─▶ [the CLI asks] ─▶ locks ─▶ probe ─▶ render ─▶ run ─▶ events ─▶ record ─▶ check ─▶ connect ─▶ report
+                                                      (a host the probe finds converged skips render, run and events)
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from provision.pipeline.connect import connect, read_tokens
 from provision.pipeline.events import Events, FleetResult
 from provision.pipeline.preflight import Preflight, keyed, locks
 from provision.pipeline.record import interrupted, record
-from provision.pipeline.render import inputs, render
+from provision.pipeline.probe import Probed, probe
+from provision.pipeline.render import inputs, lock_holder, render
 from provision.pipeline.report import ready_blocks
 from provision.pipeline.run import run, start_sandbox
 from provision.pipeline.targets import Targets
@@ -79,18 +81,36 @@ def run_apply(pre: Preflight, display: ApplyDisplay, request: ApplyRequest) -> A
             found = keyed(found.at(reach))
     checking = request.checks_after
     reached = found
+    probed: dict[str, Probed] = {}  # the hosts the probe found converged, with the checks' reading of each
 
     def checks(echo: Callable[[str], None]) -> dict[str, int]:
-        return check_hosts(reached, skip_frameworks=request.skip_frameworks, echo=echo, secrets=request.secrets)
+        readings = {h: p.reading for h, p in probed.items() if p.reading is not None}
+        return check_hosts(reached, skip_frameworks=request.skip_frameworks, echo=echo, secrets=request.secrets,
+                           readings=readings)
 
-    beside = Beside(found.hosts, checks, lambda: read_tokens(reached)) if checking else None
-    with display.phase("starting ansible-playbook") as activity:
+    def tokens() -> dict[str, str]:  # the probed hosts' come in their round trip
+        return read_tokens(reached, skip=set(probed))
+
+    beside = Beside(found.hosts, checks, tokens) if checking else None
+
+    def on_fast(p: Probed) -> None:
+        probed[p.host] = p
+        display.task(p.host, "Read the host in one round trip: the apply lock, the preflight, the fingerprint, "
+                     "the checks' reading", "ok", "")
+        if beside:
+            beside.path(p.host, "fast")
+
+    with display.phase("reading the hosts") as activity:
         progress = _Progress(activity, took)
         reader = Events(on_task=display.task, on_start=progress, on_path=beside.path if beside else None)
-        fleet = execute(found, reader, request, on_note=activity.log, log=progress.fetching)
-    took["Ansible"] = fleet.seconds
+        fleet = execute(found, reader, request, on_note=activity.log, log=progress.fetching, on_fast=on_fast)
+    for host, p in probed.items():
+        if p.result is not None and p.result.result == "ok" and not request.dry_run:
+            display.task(host, "run | Run the verifier", "ok", "")
+    took["Ansible" if fleet.probed < len(found.hosts) else "one round trip"] = fleet.seconds
     display.playbook_done(fleet)
-    outcome = ApplyOutcome(fleet, took, tokens=_tokens(beside), targets=found)
+    outcome = ApplyOutcome(fleet, took, tokens=_tokens(beside) | {h: p.token for h, p in probed.items() if p.token},
+                           targets=found)
     if fleet.exit_code != EXIT_OK:
         if beside:
             beside.close()  # the checks started beside it end before this does
@@ -117,25 +137,38 @@ def run_apply(pre: Preflight, display: ApplyDisplay, request: ApplyRequest) -> A
 
 
 def execute(found: Targets, reader: Events, request: ApplyRequest, *, on_note: Callable[[str], None] | None = None,
-            log: Callable[[str], None] | None = None) -> FleetResult:
-    """locks → inputs → render → run → events → record, for apply and destroy (request.destroy: the playbook only
-    removes what each host's ledger lists, and the hosts' records go). Whether a host may take the fast path:
-    request.full_reason (docs/hosts.md). on_note: a lock taken over; log: the inputs' fetching."""
+            log: Callable[[str], None] | None = None, on_fast: Callable[[Probed], None] | None = None) -> FleetResult:
+    """locks → inputs → probe → render → run → events → record, for apply and destroy (request.destroy: the playbook
+    only removes what each host's ledger lists, and the hosts' records go). Whether a host may take the fast path:
+    request.full_reason (docs/hosts.md); a host the probe finds converged is done in its one round trip
+    (provision.pipeline.probe) and the playbook runs on the others, or not at all. on_note: a lock taken over; log:
+    the inputs' fetching; on_fast: a host the probe found converged, once its checks' reading is in."""
     fleet = FleetResult(groups=found.groups)
     with locks(found, on_note=on_note):
         fetched = {} if request.destroy else inputs(found, skip_frameworks=request.skip_frameworks, log=log)
+        holder = lock_holder()
         with tempfile.TemporaryDirectory(prefix="provision-apply-") as tmp:
             work = Path(tmp)
-            files = render(found, work, request, interpreters=fetched)
-            inventory = found.inventory if isinstance(found.inventory, Path) else files["inventory"]
-            try:
-                ran = run(work, inventory, found, request, on_event=reader)
-            except KeyboardInterrupt:
-                if not request.dry_run:
-                    interrupted(found.groups, found.key)
-                raise
-            fleet.seconds, fleet.status, fleet.task_seconds = ran.seconds, ran.status, reader.task_seconds
-            fleet.hosts = reader.outcomes(found.groups, ran.stats, work / "reports")
+            started = time.monotonic()
+            probed = probe(found, request, interpreters=fetched, lock=holder, fetch_dir=str(work / "reports"),
+                           on_fast=on_fast)
+            fast = {h: p.result for h, p in probed.items() if p.fast and p.result is not None}
+            rest = [h for h in found.hosts if h not in fast]
+            fleet.seconds, fleet.status, fleet.probed = time.monotonic() - started, "successful", len(fast)
+            if rest:
+                files = render(found, work, request, interpreters=fetched, lock=holder)
+                inventory = found.inventory if isinstance(found.inventory, Path) else files["inventory"]
+                try:
+                    ran = run(work, inventory, found, request, on_event=reader, hosts=rest)
+                except KeyboardInterrupt:
+                    if not request.dry_run:
+                        interrupted(found.groups, found.key)
+                    raise
+                fleet.seconds += ran.seconds
+                fleet.status, fleet.task_seconds = ran.status, reader.task_seconds
+                ran_on = reader.outcomes(found.groups, ran.stats, work / "reports")
+                fleet.hosts = {h: r for h, r in ran_on.items() if h in rest}
+            fleet.hosts = {h: fast[h] if h in fast else fleet.hosts[h] for h in found.hosts}
             if not request.dry_run:
                 record(fleet, found.key, tags=request.tags, skip_frameworks=request.skip_frameworks,
                        destroy=request.destroy)

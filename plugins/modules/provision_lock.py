@@ -88,95 +88,8 @@ held_by:
   returned: always
 """
 
-import contextlib  # noqa: E402  (after DOCUMENTATION, as Ansible modules are laid out)
-import fcntl  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import secrets  # noqa: E402
-import time  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.provision.gpu.plugins.module_utils import files, lock, system  # noqa: E402
-
-# The lock's rules (its record, free / ours / stale / live, the lines) are module_utils/lock.py; the host's boot and
-# processes module_utils/system.py; here is the file under its flock.
-
-
-def load(handle) -> dict:
-    handle.seek(0)
-    return lock.parse(handle.read())
-
-
-@contextlib.contextmanager
-def locked(path: str, create: bool):
-    """The lock file open and flocked (made when `create`); None when it does not exist. The inode is checked after
-    the flock: a release that removed the file meanwhile is seen, and the new file locked instead."""
-    for _try in range(20):
-        try:
-            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_NOFOLLOW, 0o644)
-        except FileNotFoundError:
-            if create:  # its directory went meanwhile (a release that made it took it away): made again
-                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-                continue
-            yield None
-            return
-        handle = os.fdopen(fd, "r+", encoding="utf-8")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                yield handle
-                return
-        finally:
-            handle.close()
-    raise OSError(f"{path} kept changing while it was being locked")
-
-
-def acquire(module: AnsibleModule, path: str, holder: dict, live_tokens: list[str]) -> dict:
-    token = str(holder.get("token") or f"host-{secrets.token_hex(8)}")
-    now_boot = system.boot()
-    record = {"schema": lock.SCHEMA, "token": token, "boot": now_boot, "session": system.ssh_session(),
-              "holder": {k: v for k, v in holder.items() if k != "token"},
-              "taken": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    if module.check_mode:
-        with locked(path, create=False) as handle:
-            found = load(handle) if handle is not None else {}
-        state, why = lock.judge(found, {**holder, "token": token}, live_tokens, now_boot, system.alive)
-    else:
-        directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            # Made for the lock alone (a host provision never changed, which a destroy only looks at): the release
-            # takes it away again while nothing else came into it.
-            os.makedirs(directory, mode=0o755, exist_ok=True)
-            record["made_directory"] = True
-        with locked(path, create=True) as handle:
-            found = load(handle)
-            state, why = lock.judge(found, {**holder, "token": token}, live_tokens, now_boot, system.alive)
-            if state in ("free", "stale"):
-                # Whole or not at all, on the disk before the first change (a cut leaves the old record or this
-                # one). Under the flock of the file it replaces: an acquire waiting on that one sees its inode go
-                # and reads this one (locked).
-                files.atomic_write(path, json.dumps(record, sort_keys=True) + "\n", 0o644)
-    refused = lock.refused_line(found, why, path) if state == "live" else ""
-    note = lock.note_line(found, why) if state == "stale" else ""
-    return {"changed": state in ("free", "stale"), "token": token, "note": note, "refused": refused,
-            "held_by": found}
-
-
-def release(module: AnsibleModule, path: str, holder: dict) -> dict:
-    token = str(holder.get("token") or "")
-    with locked(path, create=False) as handle:
-        found = load(handle) if handle is not None else {}
-        mine = bool(token) and found.get("token") == token
-        if mine and not module.check_mode:
-            os.unlink(path)  # under the flock: an acquire waiting on it sees the inode go and opens the new file
-            if found.get("made_directory"):
-                with contextlib.suppress(OSError):  # not empty (the apply wrote its ledger there): it stays
-                    os.rmdir(os.path.dirname(path))
-    return {"changed": mine, "token": token, "note": "", "refused": "", "held_by": found}
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402  (after DOCUMENTATION, as Ansible modules are laid out)
+from ansible_collections.provision.gpu.plugins.module_utils import lock  # noqa: E402
 
 
 def main() -> None:
@@ -191,9 +104,11 @@ def main() -> None:
     )
     try:
         if module.params["state"] == "acquire":
-            result = acquire(module, module.params["path"], module.params["holder"], module.params["live_tokens"])
+            result = lock.acquire(module.params["path"], module.params["holder"], module.params["live_tokens"],
+                                  check_mode=module.check_mode)
+            result.pop("state")  # the judgement, for the fast re-apply (converged.py); the module answers by note/refused
         else:
-            result = release(module, module.params["path"], module.params["holder"])
+            result = lock.release(module.params["path"], module.params["holder"], check_mode=module.check_mode)
     except OSError as exc:
         module.fail_json(msg=f"provision_lock: {module.params['path']}: {exc}")
     module.exit_json(**result)

@@ -10,6 +10,7 @@ controller, a command line or the output.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -25,13 +26,22 @@ SKIP_FRAMEWORKS = os.environ.get("PROVISION_CHECK_SKIP_FRAMEWORKS") == "1"
 IMAGE = json.loads(os.environ.get("PROVISION_CHECK_IMAGE") or "null")
 VENV = PLAN["python"]["venv"]
 USER = PLAN["user"]
-# Where the jupyter role keeps its token and what it names its unit: data/paths.yaml's jupyter_state_dir and jupyter
-# unit, the role's defaults (this file imports nothing else of provision; tests/unit/test_roles.py keeps them equal).
-STATE_DIR = "/var/lib/provision/jupyter"
-SERVICE = "provision-jupyter"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the one Ansible itself runs on the host (ansible_python_interpreter)
-HTTP_STATUS = (Path(__file__).parent / "http_status.py").read_text()
 HOST_PROBE = (Path(__file__).parent / "host_probe.py").read_text()
+
+
+def _sibling(name: str):
+    """A module beside this file, by its path (provision/checks imports nothing else of provision)."""
+    spec = importlib.util.spec_from_file_location(f"provision_checks_{name}", Path(__file__).parent / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{name}.py is missing beside {__file__}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+QUESTIONS = _sibling("questions")
+STATE_DIR, SERVICE = QUESTIONS.STATE_DIR, QUESTIONS.SERVICE
 
 
 def _canonical(name: str) -> str:
@@ -54,38 +64,30 @@ def _pip_pins() -> list[tuple[str, str]]:
 
 
 def _driver_packages() -> list[str]:
-    d = PLAN["driver"]
-    return list(d["userspace_packages"]) if d["install"] else []
+    return QUESTIONS.driver_packages(PLAN)
 
 
 def _driver_version_wanted() -> bool:
-    d = PLAN["driver"]
-    return not d["install"] and d["source"] == "platform" and PLAN["target"]["kind"] != "jetson"
+    return QUESTIONS.driver_version_wanted(PLAN)
 
 
 def _jupyter_url() -> str:
-    j = PLAN["jupyter"]
-    scheme = "https" if j["tls"] else "http"
-    addr = "127.0.0.1" if j["bind"] in ("0.0.0.0", "127.0.0.1") else j["bind"]
-    addr = "[::1]" if addr == "::" else (f"[{addr}]" if ":" in addr else addr)
-    return f"{scheme}://{addr}:{j['port']}/api/status"
+    return QUESTIONS.jupyter_url(PLAN)
 
 
 @pytest.fixture(scope="module")
 def probe(host) -> dict:
     """The host as host_probe.py read it, in one command run as root (the checks' connection escalates, as the play
-    does); what the plan's account controls is run as that account."""
-    jupyter = PLAN["jupyter"]["enabled"]
-    # With a token: a request with it and one without it; with a password: one without any credential.
-    http = [[_jupyter_url(), f"{STATE_DIR}/token"]] if jupyter and PLAN["jupyter"]["auth"] == "token" else []
-    questions = {
-        "user": USER, "venv": VENV, "packages": _driver_packages(), "smi": _driver_version_wanted(),
-        "interpreter": PLAN["python"]["interpreter"],
-        "managed_prefix": (PLAN["python"].get("managed") or {}).get("prefix", ""),
-        "service": SERVICE if jupyter else "",
-        "http": http + [[_jupyter_url(), ""]] if jupyter else [],
-        "http_status": HTTP_STATUS,
-    }
+    does); what the plan's account controls is run as that account. After a fast re-apply the apply's own round trip
+    read it, in the same connection as the verifier (provision.pipeline.probe): PROVISION_CHECK_READING names the
+    file with that answer, and the checks assert on it without a connection of their own (the host fixture,
+    which parametrizes each check by host, connects only when it runs a command)."""
+    reading = os.environ.get("PROVISION_CHECK_READING")
+    if reading:
+        out = json.loads(Path(reading).read_text())
+        assert out["rc"] == 0, f"reading the host failed (exit {out['rc']}): {out['stderr'].strip()[-500:]}"
+        return json.loads(out["stdout"])
+    questions = QUESTIONS.host_questions(PLAN)
     try:
         out = host.run(f"{SYSTEM_PYTHON} -I -c {shlex.quote(HOST_PROBE)} {shlex.quote(json.dumps(questions))}")
     except Exception as exc:  # testinfra's connection through Ansible raises where it cannot connect

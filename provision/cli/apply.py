@@ -295,7 +295,11 @@ class _ApplyDisplay:
         print_apply_summary(fleet, dry_run=self.dry_run, out=out, err=err)
         counts = {res: sum(1 for r in fleet.hosts.values() if r.result == res) for res in
                   ("ok", "failed", "unreachable", "not run")}
-        out.print(f"ansible-playbook {fleet.status} in {duration(fleet.seconds)}, changed={fleet.changed}; "
+        what = (f"ansible-playbook {fleet.status}" if fleet.probed < len(fleet.hosts) else
+                "no playbook: every host answered converged in its one round trip")
+        if 0 < fleet.probed < len(fleet.hosts):
+            what += f" ({fleet.probed} host(s) converged in one round trip)"
+        out.print(f"{what} in {duration(fleet.seconds)}, changed={fleet.changed}; "
                   + ", ".join(f"{n} {res}" for res, n in counts.items() if n), markup=False)
         if self.skip_frameworks and self.frameworks:
             out.print("frameworks skipped (--skip-frameworks)", markup=False)

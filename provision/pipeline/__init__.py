@@ -6,6 +6,8 @@
     render     the run's folder written: playbook, role variables, host-key host_vars (and its inputs fetched)
     run        ansible-runner on every host at once; raw events and the recap
     events     the only reader of the roles' output: task lines, then a HostResult per host
+    probe      the fast re-apply in one round trip per host, before render and run: a host it finds converged is
+               verified and done there (its HostResult as events would give it); the playbook runs on the others
     record     the controller's state: per-host record and ledger, the run's results for --failed
     check      testinfra against the hosts (after the playbook, or beside it on the fast path)
     connect    SSH tunnels to each host's Jupyter and its token (the last step, when the CLI asks)

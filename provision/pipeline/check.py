@@ -22,11 +22,12 @@ from provision.runners.testinfra import run_check
 
 
 def check_hosts(found: Targets, *, skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
-                secrets: Secrets = NO_SECRETS) -> dict[str, int]:
+                secrets: Secrets = NO_SECRETS, readings: dict[str, dict[str, Any]] | None = None) -> dict[str, int]:
     """`provision check` on each host of the targets (testinfra, one process per host, a few at a time). Returns
     host -> exit code. A host's framework checks are left out with --skip-frameworks or when its group says the apply
     skipped them. Each host is reached as its record says (its variables, its SSH host-key policy: stage preflight's);
-    secrets: the become password and vault file."""
+    secrets: the become password and vault file; readings: host -> the fast re-apply's reading of it for the checks
+    (provision.pipeline.probe), asserted on without a connection of the checks' own."""
     vault_password_file = secrets.vault_password_file
     by_host = {h.name: h for h in found.records}
     lines: dict[str, list[str]] = {h: [] for h in by_host}
@@ -36,7 +37,7 @@ def check_hosts(found: Targets, *, skip_frameworks: bool = False, echo: Callable
         return run_check(host.plan, found.inventory, name, hostvars=host.vars,
                          skip_frameworks=skip_frameworks or host.group.frameworks_skipped, echo=lines[name].append,
                          become_password=secrets.become_password, vault_password_file=vault_password_file,
-                         keys=host.keys)
+                         keys=host.keys, reading=(readings or {}).get(name))
 
     with ThreadPoolExecutor(max_workers=max(1, min(4, len(by_host)))) as pool:
         codes = dict(zip(by_host, pool.map(one, by_host), strict=True))

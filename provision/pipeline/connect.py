@@ -39,11 +39,12 @@ def token_readable(plan: Plan) -> bool:
     return j.enabled and j.auth == "token" and j.bind.startswith("127.")
 
 
-def read_tokens(found: Targets) -> dict[str, str]:
-    """host -> Jupyter token, read over SSH by the account (as jupyter_access would), kept in memory only."""
+def read_tokens(found: Targets, *, skip: set[str] | None = None) -> dict[str, str]:
+    """host -> Jupyter token, read over SSH by the account (as jupyter_access would), kept in memory only; skip: hosts
+    whose token came another way (the fast re-apply's round trip)."""
     tokens: dict[str, str] = {}
     for host in found.records:
-        if not token_readable(host.plan):
+        if not token_readable(host.plan) or host.name in (skip or set()):
             continue
         ssh = _ssh(host)
         token = tunnels.read_token(ssh, host.plan.user) if ssh else None

@@ -68,6 +68,7 @@ class FleetResult:
     seconds: float = 0.0
     status: str = ""
     task_seconds: dict[str, float] = field(default_factory=dict)  # per task, summed over hosts
+    probed: int = 0  # hosts the fast re-apply's round trip found converged and finished (no playbook on them)
 
     @property
     def exit_code(self) -> int:

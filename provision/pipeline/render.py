@@ -47,13 +47,13 @@ def inputs(found: Targets, *, skip_frameworks: bool,
 
 
 def render(found: Targets, work: Path, request: ApplyRequest, *,
-           interpreters: dict[str, tuple[str, str]] | None = None) -> dict[str, Path]:
+           interpreters: dict[str, tuple[str, str]] | None = None, lock: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write the run's folder into `work` for the request; returns its files (render_fleet's, with "inventory" for a
-    sandbox's)."""
+    sandbox's). lock: the apply lock's holder (lock_holder(), made here when not given)."""
     groups = found.groups
     single = len(groups) == 1
     files = render_fleet([(g.plan, None if single else g.hosts) for g in groups], work, request,
-                         inventory=found.inventory, interpreters=interpreters, lock=lock_holder())
+                         inventory=found.inventory, interpreters=interpreters, lock=lock or lock_holder())
     write_host_key_vars(work, found.records)
     return files
 

@@ -37,11 +37,11 @@ def start_sandbox(plan: Plan, name: str, *, log: Callable[[str], None] | None = 
 
 
 def run(work: Path, inventory: Path, found: Targets, request: ApplyRequest, *,
-        on_event: Callable[[dict[str, Any]], None]) -> RunResult:
-    """Run work/site.yml on the targets' hosts through `inventory` (a file inventory where it is: its group_vars/,
-    host_vars/ and plugin name only mean something there; a sandbox's as render wrote it), as the request asks
-    (--dry-run is Ansible's check mode)."""
-    accept_new_host_keys({h.name: h.keys for h in found.records if h.keys is not None})
-    hosts = found.hosts
+        on_event: Callable[[dict[str, Any]], None], hosts: list[str] | None = None) -> RunResult:
+    """Run work/site.yml on the targets' hosts (hosts: only these of them; the others the fast re-apply's round trip
+    finished) through `inventory` (a file inventory where it is: its group_vars/, host_vars/ and plugin name only
+    mean something there; a sandbox's as render wrote it), as the request asks (--dry-run is Ansible's check mode)."""
+    hosts = found.hosts if hosts is None else hosts
+    accept_new_host_keys({h.name: h.keys for h in found.records if h.keys is not None and h.name in hosts})
     return run_playbook(work, inventory, request, limit=",".join(sorted(hosts)), forks=forks_for(len(hosts)),
                         on_event=on_event, host_key_checking=configured_host_key_checking()[0])

@@ -196,6 +196,16 @@ def render_ansible(plan: Plan, out_dir: str | Path, *, inventory: dict[str, Any]
     return render_fleet([(plan, None)], out_dir, ApplyRequest(skip_frameworks=skip_frameworks), inventory=inventory)
 
 
+def role_vars_of(plan: Plan, request: ApplyRequest, *, interpreters: dict[str, tuple[str, str]] | None,
+                 fetch_dir: str) -> dict[str, Any]:
+    """The role variables of one Plan for this request (vars/plan.yml's), as the playbook and the fast re-apply's
+    round trip (provision.pipeline.probe) both read them."""
+    fetched = (interpreters or {}).get(plan.python.managed.archive) if plan.python.managed else None
+    uv = (interpreters or {}).get(plan.python.installer.wheel) if plan.python.installer else None
+    return ansible_vars(plan, skip_frameworks=request.skip_frameworks, fetch_dir=fetch_dir,
+                        full_reason=request.full_reason, partial=bool(request.tags), interpreter=fetched, installer=uv)
+
+
 def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Path,
                  request: ApplyRequest = PLAIN_APPLY, *, inventory: dict[str, Any] | str | Path | None = None,
                  interpreters: dict[str, tuple[str, str]] | None = None,
@@ -222,11 +232,7 @@ def render_fleet(groups: list[tuple[Plan, list[str] | None]], out_dir: str | Pat
         if not destroy:  # destroy removes only what the ledger lists: nothing found on the host can stop that
             preflights.append(preflight_play(plan, hosts if hosts is not None else "all", vars_rel))
         plays += site_playbook(plan, hosts if hosts is not None else "all", vars_rel, destroy=destroy)
-        fetched = (interpreters or {}).get(plan.python.managed.archive) if plan.python.managed else None
-        uv = (interpreters or {}).get(plan.python.installer.wheel) if plan.python.installer else None
-        role_vars = ansible_vars(plan, skip_frameworks=request.skip_frameworks, fetch_dir=str(out / "reports"),
-                                 full_reason=request.full_reason, partial=bool(request.tags), interpreter=fetched,
-                                 installer=uv)
+        role_vars = role_vars_of(plan, request, interpreters=interpreters, fetch_dir=str(out / "reports"))
         if destroy:
             role_vars |= {"ledger_destroy": True, "ledger_purge_home": request.purge_home}
         write_yaml(unsafe_strings(role_vars), files[f"vars{suffix}"])

@@ -126,7 +126,7 @@ def _redact(text: str, secrets: list[str]) -> str:
 def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostvars: dict[str, Any],
               skip_frameworks: bool = False, echo: Callable[[str], None] | None = None,
               become_password: str | None = None, vault_password_file: Path | None = None,
-              keys: HostKeys | None = None) -> int:
+              keys: HostKeys | None = None, reading: dict[str, Any] | None = None) -> int:
     """Run provision/checks/test_host.py with pytest-testinfra against one inventory host.
     Returns 0 green, 1 red, 3 cannot run.
 
@@ -157,6 +157,11 @@ def run_check(plan: Plan, inventory: Path | dict[str, Any], host: str, *, hostva
             with os.fdopen(fd, "w") as fh:
                 fh.write(become_password)
             secret_env["ANSIBLE_BECOME_PASSWORD_FILE"] = str(Path(tmp) / "become-password")
+        if reading is not None:
+            fd = os.open(Path(tmp) / "reading.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(reading, fh)
+            secret_env["PROVISION_CHECK_READING"] = str(Path(tmp) / "reading.json")
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n")
         env = os.environ | target.env | secret_env | {

@@ -99,15 +99,27 @@ def assert_full(proc: subprocess.CompletedProcess, why: str) -> None:
     assert "provision check passed" in out, out[-3000:]
 
 
+def verify_report() -> dict:
+    found = sh("cat /var/lib/provision/verify/verify.json")
+    return json.loads(found.stdout) if found.returncode == 0 else {}
+
+
 def test_a_converged_host_runs_only_the_verifier_the_record_and_the_checks(host):
+    before = verify_report().get("created")
     proc = host.apply("--timings")
     assert_fast(proc)
-    # No role but the verifier's and the record's ran (each step a host ran is listed as it ends, on stderr).
+    # No playbook ran: one round trip read the host, ran the verifier and fetched the record (provision.pipeline.probe;
+    # each step a host ran is listed as it ends, on stderr), and the checks asserted on that same reading.
     steps = proc.stderr
+    assert re.search(rf"^{NAME}\s+ok\s+Read the host in one round trip: ", steps, re.M), steps[-3000:]
     assert re.search(rf"^{NAME}\s+ok\s+run \| Run the verifier$", steps, re.M), steps[-3000:]
-    assert re.search(rf"^{NAME}\s+ok\s+Fetch the record to the controller$", steps, re.M), steps[-3000:]
-    for step in ("Open the ledger", "Install the venv prerequisites", "Close the ledger", "Write the record"):
+    assert "no playbook: every host answered converged in its one round trip" in proc.stdout, proc.stdout[-3000:]
+    for step in ("Gathering Facts", "Open the ledger", "Install the venv prerequisites", "Close the ledger",
+                 "Write the record"):
         assert step not in proc.stdout + steps, step
+    # The verifier ran in that round trip: the report on the host is a new one, and it passed.
+    report = verify_report()
+    assert report["created"] != before and report["summary"]["failed"] == 0 and report["summary"]["passed"] > 0
     # The wheels are on the host once, in the environment: no installer's cache is left in the account's home.
     caches = sh("ls -A /home/ml/.cache")
     assert caches.returncode in (0, 2) and not {"uv", "provision-uv", "pip"} & set(caches.stdout.split()), caches.stdout

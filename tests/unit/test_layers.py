@@ -91,8 +91,9 @@ def test_what_ships_to_hosts_imports_nothing_else_of_provision():
 
 
 # The apply's stages (provision/pipeline/), in the order a stage may import: each only the ones before it. plan is a
-# layer of its own above; apply (provision/apply.py) calls them all.
-STAGES = ["targets", "preflight", "render", "run", "events", "record", "check", "connect", "report"]
+# layer of its own above; apply (provision/apply.py) calls them all. probe runs before render and run (on the hosts it
+# finds converged, instead of them) but answers in events' HostResult, so it stands after events.
+STAGES = ["targets", "preflight", "render", "run", "events", "probe", "record", "check", "connect", "report"]
 
 
 def test_each_stage_imports_only_the_stages_before_it():

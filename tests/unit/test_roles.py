@@ -131,7 +131,7 @@ def test_the_checks_look_where_the_data_says() -> None:
     from provision.compat import load_db
 
     db = load_db()
-    text = (REPO / "provision" / "checks" / "test_host.py").read_text()
+    text = (REPO / "provision" / "checks" / "questions.py").read_text()
     assert f'STATE_DIR = "{db.host_paths["jupyter_state_dir"].path}"' in text
     assert f'SERVICE = "{db.host_units["jupyter"].name}"' in text
 
