@@ -128,7 +128,7 @@ def run_apply(pre: Preflight, display: ApplyDisplay, request: ApplyRequest) -> A
         codes = early.codes if early else checks(display.check_line)
     took["checks"] = time.monotonic() - started
     if early:
-        took["checks (beside the playbook)"] = early.seconds
+        took["checks (beside the playbook or the round trip)"] = early.seconds
     outcome.codes, outcome.exit_code = codes, checks_exit_code(codes)
     if outcome.exit_code == EXIT_FAILED:
         bad = ", ".join(h for h, c in sorted(codes.items()) if c)
@@ -155,6 +155,10 @@ def execute(found: Targets, reader: Events, request: ApplyRequest, *, on_note: C
             fast = {h: p.result for h, p in probed.items() if p.fast and p.result is not None}
             rest = [h for h in found.hosts if h not in fast]
             fleet.seconds, fleet.status, fleet.probed = time.monotonic() - started, "successful", len(fast)
+            for p in probed.values():  # the round trip's steps, summed over hosts as the playbook's tasks are
+                for step, seconds in p.steps.items():
+                    reader.task_seconds[step] = reader.task_seconds.get(step, 0.0) + seconds
+            fleet.task_seconds = reader.task_seconds
             if rest:
                 files = render(found, work, request, interpreters=fetched, lock=holder)
                 inventory = found.inventory if isinstance(found.inventory, Path) else files["inventory"]
@@ -165,7 +169,7 @@ def execute(found: Targets, reader: Events, request: ApplyRequest, *, on_note: C
                         interrupted(found.groups, found.key)
                     raise
                 fleet.seconds += ran.seconds
-                fleet.status, fleet.task_seconds = ran.status, reader.task_seconds
+                fleet.status = ran.status
                 ran_on = reader.outcomes(found.groups, ran.stats, work / "reports")
                 fleet.hosts = {h: r for h, r in ran_on.items() if h in rest}
             fleet.hosts = {h: fast[h] if h in fast else fleet.hosts[h] for h in found.hosts}

@@ -98,11 +98,25 @@ def read_as(user: str, path: str) -> str | None:
     return out if code == 0 else None
 
 
-def fast_path(args: dict, out) -> None:
+class Steps:
+    """How long each step of the round trip took on the host, by the step names the summary's --timings lists."""
+
+    def __init__(self) -> None:
+        self.seconds: dict = {}
+        self.last = time.monotonic()
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.seconds[step] = round(now - self.last, 3)
+        self.last = now
+
+
+def fast_path(args: dict, out, steps: Steps) -> None:
     """Step 3, on a host that takes the fast path."""
     verify = args["verify"]
     dry_run = args["dry_run"]
     answer: dict = {"record": files.root_json(args["record"])}
+    steps.done("host_record | Read the record of the last converged apply")
     proc = mode = None
     gpu = has_gpu()
     if not dry_run:  # a dry run (check mode) runs no kernels and writes no report, as the fast play's
@@ -111,43 +125,53 @@ def fast_path(args: dict, out) -> None:
             proc = start_as(verify["user"], argv, cwd, {"PYTHONDONTWRITEBYTECODE": "1", **verify["environment"]})
         except (ModuleError, OSError) as exc:
             answer["failed"] = {"step": "run | Run the verifier", "msg": str(exc)}
+    started = time.monotonic()
+    steps.done("gpu_verify | Start the verifier as the account")
     reading = args.get("reading")
     if reading:
-        started = time.monotonic()
         try:
             read = subprocess.run([SYSTEM_PYTHON, "-I", "-c", reading["source"], json.dumps(reading["questions"])],
                                   capture_output=True, text=True, timeout=READ_TIMEOUT_S, stdin=subprocess.DEVNULL,
                                   check=False)
-            emit(out, reading={"rc": read.returncode, "stdout": read.stdout, "stderr": read.stderr[-4000:],
-                               "seconds": round(time.monotonic() - started, 3)})
+            emit(out, reading={"rc": read.returncode, "stdout": read.stdout, "stderr": read.stderr[-4000:]})
         except (OSError, subprocess.SubprocessError) as exc:
-            emit(out, reading={"rc": 1, "stdout": "", "stderr": str(exc), "seconds": 0})
+            emit(out, reading={"rc": 1, "stdout": "", "stderr": str(exc)})
+        steps.done("check | Read the host for the checks (host_probe.py, beside the verifier)")
     token = args.get("token")
     if token:
         text = read_as(token["user"], token["path"])
         answer["token"] = text.strip() if text and len(text.split()) == 1 else None
+        steps.done("jupyter | Read the token as the account")
     if proc is not None:
         rc, stdout, stderr = finish(proc, VERIFY_TIMEOUT_S)
+        steps.last = time.monotonic()  # the verifier ran beside the steps since it started: its own whole time
+        steps.seconds["run | Run the verifier"] = round(steps.last - started, 3)
         report = read_as(verify["user"], f"{verify['report_dir']}/verify.json")
         try:
             answer["report"] = json.loads(report) if report else None
         except ValueError:
             answer["report"] = None
         answer["verifier"] = {"rc": rc, "stdout": stdout[-20000:], "stderr": stderr[-20000:], "mode": mode, "gpu": gpu}
+        steps.done("run | Read the report as the account")
+    answer["seconds"] = steps.seconds
     emit(out, done=answer)
 
 
 def main(args: dict, out=sys.stdout) -> int:
+    steps = Steps()
     holder = args["lock"]["holder"]
     path = args["lock"]["path"]
     taken = lock.acquire(path, holder, args["lock"]["live_tokens"], check_mode=args["dry_run"], take_stale=False)
+    steps.done("gate | Take the apply lock on the host")
     if taken["state"] not in ("free", "ours"):
         emit(out, path={"fast": False, "why": f"the apply lock is {taken['state']}"})
         return 0
     try:
         try:
             found = preflight.read_preflight(args["preflight"])
+            steps.done("preflight | Read what on the host would make the plan fail")
             read = fingerprint.read(args["fingerprint"])
+            steps.done("preflight | Read the fingerprint of what provision owns there")
         except (ModuleError, OSError, subprocess.SubprocessError) as exc:
             emit(out, path={"fast": False, "why": f"the host could not be read: {exc}"})
             return 0
@@ -156,7 +180,7 @@ def main(args: dict, out=sys.stdout) -> int:
                         "error": read.get("error") or "",
                         "why": "fingerprint matches" if fast else "the playbook reads the host again"})
         if fast:
-            fast_path(args, out)
+            fast_path(args, out, steps)
     finally:
         if not args["dry_run"]:
             lock.release(path, {"token": taken["token"]})

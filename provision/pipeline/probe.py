@@ -83,6 +83,7 @@ class Probed:
     reading: dict[str, Any] | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
     seconds: float = 0.0
+    steps: dict[str, float] = field(default_factory=dict)  # seconds per step on the host (--timings)
 
 
 def why_not(host: Host, request: ApplyRequest) -> str:
@@ -192,11 +193,13 @@ def arguments(host: Host, role_vars: dict[str, Any], request: ApplyRequest, lock
 
 def command(host: Host) -> list[str]:
     """ssh to the host as the inventory reaches it (provision.ssh.ssh_command), then `sudo -n` the bootstrap with the
-    host's own Python (Ansible's interpreter there), in isolated mode."""
+    host's own Python (Ansible's interpreter there), in isolated mode; without sudo when the inventory logs in as
+    root."""
     assert host.keys is not None and host.keys.ssh
     ssh = list(host.keys.ssh)
     python = str(host.vars.get("ansible_python_interpreter") or "/usr/bin/python3")
-    remote = shlex.join(["sudo", "-n", "-H", "--", python, "-I", "-c", BOOT])
+    root = str(host.vars.get("ansible_user") or "") == "root"  # already root: a host may have no sudo at all
+    remote = shlex.join([*([] if root else ["sudo", "-n", "-H", "--"]), python, "-I", "-c", BOOT])
     return [*ssh[:-1], "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "LogLevel=ERROR", ssh[-1], remote]
 
 
@@ -265,6 +268,8 @@ def probe_host(host: Host, args: dict[str, Any], *, on_fast: Callable[[Probed], 
         return probed
     probed.fast, probed.why = True, "fingerprint matches"
     probed.result, probed.token = outcome(host, args, said["done"]), said["done"].get("token")
+    probed.steps = {str(k): float(v) for k, v in (said["done"].get("seconds") or {}).items()
+                    if isinstance(v, (int, float))}
     if probed.reading is None and on_fast:  # no reading asked for (no checks after this run): known only now
         on_fast(probed)
     return probed

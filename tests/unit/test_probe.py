@@ -133,6 +133,8 @@ def test_the_command_is_ssh_then_sudo_without_a_prompt():
     cmd = P.command(host_of(plan, {"ansible_python_interpreter": "/usr/bin/python3.11"}))
     assert cmd[:1] == ["ssh"] and "BatchMode=yes" in cmd and cmd[-2] == "admin@192.0.2.7"
     assert cmd[-1].startswith("sudo -n -H -- /usr/bin/python3.11 -I -c ")
+    as_root = P.command(host_of(plan, {"ansible_user": "root"}))
+    assert as_root[-1].startswith("/usr/bin/python3 -I -c ")
 
 
 def run_boot(args: dict) -> list[dict]:
