@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import shlex
 import subprocess
@@ -90,6 +91,8 @@ def why_not(host: Host, request: ApplyRequest) -> str:
     """Why this host's re-apply goes to the playbook without a probe ("" when the probe may answer it)."""
     if request.destroy or request.full_reason:
         return request.full_reason or "destroy"
+    if os.environ.get("PROVISION_ROUND_TRIP", "").lower() in ("off", "0", "no"):
+        return "PROVISION_ROUND_TRIP=off: the playbook's fast play verifies it"
     if request.secrets.become_password is not None:
         return "sudo's password was given: the playbook answers it"
     if host.keys is None or not host.keys.ssh:

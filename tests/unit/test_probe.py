@@ -128,6 +128,12 @@ def test_which_hosts_the_round_trip_answers_for(hostvars, request_, ssh, why):
     assert (why in said) if why else said == "", said
 
 
+def test_the_round_trip_can_be_turned_off(monkeypatch):
+    plan = plan_for(ROOT / "profiles/deskmini.yaml")
+    monkeypatch.setenv("PROVISION_ROUND_TRIP", "off")
+    assert "PROVISION_ROUND_TRIP=off" in P.why_not(host_of(plan), REQUEST)
+
+
 def test_the_command_is_ssh_then_sudo_without_a_prompt():
     plan = plan_for(ROOT / "profiles/deskmini.yaml")
     cmd = P.command(host_of(plan, {"ansible_python_interpreter": "/usr/bin/python3.11"}))
