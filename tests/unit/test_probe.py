@@ -188,3 +188,24 @@ def test_a_live_lock_leaves_the_host_to_the_playbook(tmp_path):
     said = run_boot(boot_args(tmp_path))
     assert said == [{"path": {"fast": False, "why": "the apply lock is live"}}]
     assert json.loads((lib / "apply.lock").read_text()) == held
+
+
+@pytest.mark.parametrize(("verifier", "expect_gpu", "result"), [
+    ({"rc": 0, "stdout": "PASS x\n", "stderr": "", "mode": "compile-only", "gpu": False}, True, "ok"),
+    ({"rc": 1, "stdout": "PASS a\nFAIL bandwidth 12 GB/s\n", "stderr": "", "mode": "full run", "gpu": True}, True,
+     "failed"),
+    # A GPU the plan does not expect (gpu_verify_expect_gpu false) may fail its figures, as run.yml's assert allows.
+    ({"rc": 1, "stdout": "FAIL x\n", "stderr": "", "mode": "full run", "gpu": True}, False, "ok"),
+    ({"rc": 3, "stdout": "", "stderr": "Traceback ...\n", "mode": "full run", "gpu": True}, False, "failed"),
+])
+def test_a_fast_hosts_result_is_the_fast_plays(verifier, expect_gpu, result):
+    """The verifier's exit and the plan's expectation decide the host's result as gpu_verify's assert does; a failed
+    one names the FAIL lines (or stderr) in one line, and the record and report come back as the play's fetch."""
+    plan = plan_for(ROOT / "profiles/deskmini.yaml")
+    done = {"record": {"digest": "d"}, "report": {"summary": {"passed": 1}}, "verifier": verifier}
+    got = P.outcome(host_of(plan), {"verify": {"expect_gpu": expect_gpu}}, done)
+    assert (got.result, got.path, got.path_why, got.installed, got.verify) == (
+        result, "fast", "fingerprint matches", {"digest": "d"}, {"summary": {"passed": 1}})
+    if result == "failed":
+        assert got.step.startswith("run | Assert that the verification passed")
+        assert ("FAIL bandwidth 12 GB/s" in got.message) if verifier["rc"] == 1 else ("Traceback" in got.message)
