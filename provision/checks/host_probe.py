@@ -117,7 +117,7 @@ def main(args: dict) -> int:
     out["http"] = []
     for url, token_file in args.get("http") or []:
         argv = ["/usr/bin/python3", "-I", "-c", args["http_status"], url, *([token_file] if token_file else [])]
-        out["http"].append(run(as_user(user, argv), timeout=30))
+        out["http"].append(run(as_user(user, argv), timeout=90))  # http_status.py waits up to 60 s for a listener
     print(json.dumps(out))
     return 0
 

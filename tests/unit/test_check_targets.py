@@ -8,9 +8,11 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -195,11 +197,35 @@ def api():
     server.server_close()
 
 
-def probe(*args: str) -> subprocess.CompletedProcess:
+def probe(*args: str, wait: float = 1.0) -> subprocess.CompletedProcess:
     # As the checks run it: the host's own Python, isolated, the script as -c; a proxy in the environment is not used.
     python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
     return subprocess.run([python, "-I", "-c", PROBE.read_text(), *args], capture_output=True, text=True,
-                          timeout=60, env=os.environ | {"http_proxy": "http://127.0.0.1:9", "no_proxy": ""})
+                          timeout=60, env=os.environ | {"http_proxy": "http://127.0.0.1:9", "no_proxy": "",
+                                                        "PROVISION_HTTP_WAIT_S": str(wait)})
+
+
+def test_probe_waits_for_a_server_that_starts_after_it_asked(tmp_path: Path) -> None:
+    """Right after a boot the Jupyter unit is active before the server listens: the probe asks again until it
+    answers (a first apply or check just after the host started)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server: list[http.server.ThreadingHTTPServer] = []
+
+    def start_later() -> None:
+        time.sleep(1.5)
+        server.append(http.server.ThreadingHTTPServer(("127.0.0.1", port), _TokenHandler))
+        server[0].serve_forever()
+
+    threading.Thread(target=start_later, daemon=True).start()
+    try:
+        proc = probe(f"http://127.0.0.1:{port}/api/status", wait=20)
+    finally:
+        if server:
+            server[0].shutdown()
+            server[0].server_close()
+    assert (proc.returncode, proc.stdout.strip()) == (0, "403"), proc.stderr
 
 
 def test_probe_with_the_token_file_is_200_and_without_is_403(api: str, tmp_path: Path) -> None:
