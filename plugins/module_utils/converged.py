@@ -75,7 +75,8 @@ def start_as(user: str, argv: list[str], cwd: str = "/", extra_env: dict | None 
     environment and `extra_env` (the play's environment and the role's, for the verifier)."""
     command, env = as_account(user, argv)
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            cwd=cwd, env={**env, **(extra_env or {})}, start_new_session=True, text=True)
+                            cwd=cwd, env={**env, **(extra_env or {})}, start_new_session=True, text=True,
+                            errors="replace")  # the account's program may print anything: never a crash as root
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
