@@ -35,6 +35,9 @@ DISCRETE_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")
 TEGRA_NODE = "/dev/nvhost-ctrl-gpu"
 VERIFY_TIMEOUT_S = 3600
 READ_TIMEOUT_S = 120
+# The checks' reading: host_probe.py gives each Jupyter request up to 90 s (http_status.py waits up to 60 s for a server
+# that does not listen yet), two of them with a token login.
+CHECKS_TIMEOUT_S = 300
 ARCH = re.compile(r"^sm_[0-9]+[a-z]?$")
 
 
@@ -132,7 +135,7 @@ def fast_path(args: dict, out, steps: Steps) -> None:
     if reading:
         try:
             read = subprocess.run([SYSTEM_PYTHON, "-I", "-c", reading["source"], json.dumps(reading["questions"])],
-                                  capture_output=True, text=True, timeout=READ_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=CHECKS_TIMEOUT_S, stdin=subprocess.DEVNULL,
                                   check=False)
             emit(out, reading={"rc": read.returncode, "stdout": read.stdout, "stderr": read.stderr[-4000:]})
         except (OSError, subprocess.SubprocessError) as exc:

@@ -87,6 +87,11 @@ class Probed:
     steps: dict[str, float] = field(default_factory=dict)  # seconds per step on the host (--timings)
 
 
+# The inventory variables the probe reads besides the rendered ones (roles' defaults the inventory may set).
+READ = ("gpu_verify_compile_only", "gpu_verify_repeats", "gpu_verify_dir", "gpu_verify_report_dir",
+        "provision_sandbox", "preflight_lock_path")
+
+
 def why_not(host: Host, request: ApplyRequest) -> str:
     """Why this host's re-apply goes to the playbook without a probe ("" when the probe may answer it)."""
     if request.destroy or request.full_reason:
@@ -108,11 +113,6 @@ def why_not(host: Host, request: ApplyRequest) -> str:
                                                                  "ansible_python_interpreter")):
         return "a variable it needs is a template"
     return ""
-
-
-# The inventory variables the probe reads besides the rendered ones (roles' defaults the inventory may set).
-READ = ("gpu_verify_compile_only", "gpu_verify_repeats", "gpu_verify_dir", "gpu_verify_report_dir",
-        "provision_sandbox", "preflight_lock_path")
 
 
 @cache

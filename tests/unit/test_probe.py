@@ -95,6 +95,13 @@ def test_the_verifier_runs_as_gpu_verify_runs_it(hostvars, compile_only):
     assert mode.startswith("compile-only" if compile_only else "full run")
 
 
+def test_the_gpu_is_looked_for_where_gpu_verify_looks():
+    """converged.has_gpu reads the device nodes roles/gpu_verify reads (its __gpu_verify_device_nodes)."""
+    converged = collection_module("plugins.module_utils.converged")
+    role = DataLoader().load_from_file(str(ROLES / "gpu_verify/vars/main.yml"))
+    assert [*converged.DISCRETE_NODES, converged.TEGRA_NODE] == role["__gpu_verify_device_nodes"]
+
+
 def test_a_gpu_less_host_that_is_not_a_sandbox_is_refused_in_gpu_verify_words():
     converged = collection_module("plugins.module_utils.converged")
     errors = collection_module("plugins.module_utils.errors")
