@@ -8,7 +8,9 @@ CUDA and cuDNN wheels, Jupyter, the verifier.
 
 Targets (issue 6): t(8)/t(1) <= 2.5 on this 2-core machine; re-apply: zero changes, under 15 s per host.
 Each run also reports how busy the machine's cores were (/proc/stat): when they are saturated, the bound is the
-work itself (unpacking GBs of wheels and packages per host), not Ansible's parallelism.
+work itself (unpacking GBs of wheels and packages per host), not Ansible's parallelism. And whose CPU it was: the
+hosts' own (each container's cgroup plus the fuse-overlayfs daemon serving its root: hosts_cpu_s, host_cpu_s_max)
+and the rest, the controller's (controller_cpu_s), since the sandboxes share the controller's cores.
 Writes docs/bench/fleet.json and prints the figures.
 
 With --before REV it compares instead: this checkout against an earlier commit (checked out with `git worktree` and run
@@ -16,7 +18,7 @@ from there, its roles with it), a fleet of --hosts hosts per side, in one run: e
 each side, applies it and re-applies it, and the rounds alternate the order (before first, then after first), so a
 drift in the machine's speed falls on both sides. Writes docs/bench/fleet_ab-<date>-<commit>.json.
 
-    python bench/fleet.py [--sizes 1,4,8] [--strategies mitogen_linear,mitogen_free,linear,free,playbook]
+    python bench/fleet.py [--sizes 1,4,8] [--strategies mitogen_linear,mitogen_free,linear,free,playbook]  ('' for none)
     python bench/fleet.py --before REV [--hosts 4] [--rounds 2]
 """
 
@@ -76,11 +78,57 @@ def cpu_busy_s() -> float:
     return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _hosts_of(inv: Path) -> list[str]:
+    """The sandbox names an inventory `provision sandbox up -o` wrote lists (its hosts' names)."""
+    import yaml
+
+    return list((yaml.safe_load(inv.read_text()) or {}).get("all", {}).get("hosts", {})) if inv.exists() else []
+
+
+def hosts_cpu_s(names: list[str]) -> dict[str, float]:
+    """CPU-seconds each sandbox has used so far: its container's cgroup (every process in it) plus the
+    fuse-overlayfs daemon that serves its root file system (the storage driver's work for that host's files, which
+    on a machine of its own the host's kernel would do). Hosts whose figures cannot be read are left out."""
+    out: dict[str, float] = {}
+    daemons = {}
+    for pid in Path("/proc").iterdir():
+        if not pid.name.isdigit():
+            continue
+        try:
+            cmd = (pid / "cmdline").read_bytes().split(b"\0")
+            if not cmd[0].endswith(b"fuse-overlayfs"):
+                continue
+            fields = (pid / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        mount = next((c.decode() for c in reversed(cmd) if c), "")
+        daemons[mount] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for name in names:
+        proc = subprocess.run(["docker", "inspect", "-f", "{{.Id}} {{.GraphDriver.Data.MergedDir}}", name],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            continue
+        cid, _, merged = proc.stdout.strip().partition(" ")
+        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
+        if v1.exists():
+            used = int(v1.read_text()) / 1e9
+        elif v2.exists():
+            used = int(re.search(r"usage_usec (\d+)", v2.read_text()).group(1)) / 1e6
+        else:
+            continue
+        out[name] = used + daemons.get(merged, 0.0)
+    return out
+
+
 def timed_apply(inv: Path, env: dict, *extra: str, tree: Path | None = None) -> dict:
-    start, cpu0 = time.perf_counter(), cpu_busy_s()
+    names = _hosts_of(inv)
+    start, cpu0, hosts0 = time.perf_counter(), cpu_busy_s(), hosts_cpu_s(names)
     proc = provision("apply", PROFILE, "-i", str(inv), "--yes", "--skip-frameworks", "--skip-check", *extra,
                      env=env, check=False, tree=tree)
     wall, cpu = time.perf_counter() - start, cpu_busy_s() - cpu0
+    hosts1 = hosts_cpu_s(names)
+    per_host = [hosts1[n] - hosts0[n] for n in names if n in hosts0 and n in hosts1]
     if proc.returncode != 0:
         sys.exit(f"apply failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     recap = re.search(r"changed=(\d+)", proc.stdout)
@@ -89,8 +137,14 @@ def timed_apply(inv: Path, env: dict, *extra: str, tree: Path | None = None) -> 
     changed = int(recap.group(1))
     cores = os.cpu_count() or 1
     # cpu_bound_s: the wall time the machine's cores could not beat for this much work (cpu_s / cores).
+    split = {}
+    if per_host and len(per_host) == len(names):
+        # The hosts' own CPU (their containers and file-system daemons) and the rest of the machine's: the
+        # controller's (provision, ssh, Ansible; anything else running shows here too).
+        split = {"hosts_cpu_s": round(sum(per_host), 1), "host_cpu_s_max": round(max(per_host), 2),
+                 "controller_cpu_s": round(cpu - sum(per_host), 1)}
     return {"wall_s": round(wall, 1), "changed": changed, "cpu_s": round(cpu, 1),
-            "cpu_busy_pct": round(100 * cpu / (wall * cores)), "cpu_bound_s": round(cpu / cores, 1)}
+            "cpu_busy_pct": round(100 * cpu / (wall * cores)), "cpu_bound_s": round(cpu / cores, 1), **split}
 
 
 def compare(before: str, hosts: int, rounds: int, tmp: Path) -> None:
@@ -187,7 +241,7 @@ def main() -> None:
     # The largest fleet is now converged: re-apply it under each strategy.
     n = max(sizes)
     strategies = []
-    for strategy in args.strategies.split(","):
+    for strategy in filter(None, args.strategies.split(",")):
         # "playbook": the fast path as the playbook's fast play ran it before the round trip (PROVISION_ROUND_TRIP=off,
         # Mitogen); every other name is an Ansible strategy (with the round trip, a converged fleet runs no playbook).
         run = timed_apply(inv, env | ({"PROVISION_ROUND_TRIP": "off"} if strategy == "playbook"
