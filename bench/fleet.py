@@ -113,8 +113,8 @@ def hosts_cpu_s(names: list[str]) -> dict[str, float]:
         v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
         if v1.exists():
             used = int(v1.read_text()) / 1e9
-        elif v2.exists():
-            used = int(re.search(r"usage_usec (\d+)", v2.read_text()).group(1)) / 1e6
+        elif v2.exists() and (usage := re.search(r"usage_usec (\d+)", v2.read_text())):
+            used = int(usage.group(1)) / 1e6
         else:
             continue
         out[name] = used + daemons.get(merged, 0.0)
