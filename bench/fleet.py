@@ -109,11 +109,13 @@ def hosts_cpu_s(names: list[str]) -> dict[str, float]:
         if proc.returncode != 0:
             continue
         cid, _, merged = proc.stdout.strip().partition(" ")
+        # cgroup v1 (cpuacct), or v2 under the systemd or the cgroupfs driver's path.
         v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
-        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
+        v2 = next((p for p in (Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"),
+                               Path(f"/sys/fs/cgroup/docker/{cid}/cpu.stat")) if p.exists()), None)
         if v1.exists():
             used = int(v1.read_text()) / 1e9
-        elif v2.exists() and (usage := re.search(r"usage_usec (\d+)", v2.read_text())):
+        elif v2 is not None and (usage := re.search(r"usage_usec (\d+)", v2.read_text())):
             used = int(usage.group(1)) / 1e6
         else:
             continue
