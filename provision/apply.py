@@ -21,8 +21,8 @@ from provision.pipeline.check import Beside, check_hosts, checks_exit_code
 from provision.pipeline.connect import connect, read_tokens
 from provision.pipeline.events import Events, FleetResult
 from provision.pipeline.preflight import Preflight, keyed, locks
-from provision.pipeline.record import interrupted, record
 from provision.pipeline.probe import Probed, probe
+from provision.pipeline.record import interrupted, record
 from provision.pipeline.render import inputs, lock_holder, render
 from provision.pipeline.report import ready_blocks
 from provision.pipeline.run import run, start_sandbox
