@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "profiles/deskmini.yaml"
 OS = "debian-13"
@@ -80,8 +82,6 @@ def cpu_busy_s() -> float:
 
 def _hosts_of(inv: Path) -> list[str]:
     """The sandbox names an inventory `provision sandbox up -o` wrote lists (its hosts' names)."""
-    import yaml
-
     return list((yaml.safe_load(inv.read_text()) or {}).get("all", {}).get("hosts", {})) if inv.exists() else []
 
 
