@@ -254,7 +254,7 @@ FINGERPRINT_KEY = frozenset({
     "nvidia_container_toolkit_packages", "nvidia_container_toolkit_repo_url", "nvidia_container_toolkit_repo_key_url",
     "nvidia_container_toolkit_repo_key_fingerprint", "nvidia_container_toolkit_repo_name",
     "nvidia_container_toolkit_mode", "nvidia_container_toolkit_runtime_configure",
-    "nvidia_container_toolkit_runtime_mode",
+    "nvidia_container_toolkit_runtime_mode", "nvidia_container_toolkit_containerd_cdi",
     "host_record_plan", "host_record_packages", "host_record_venv", "host_record_ledger_planned",
 })
 

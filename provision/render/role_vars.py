@@ -254,6 +254,7 @@ def containers_vars(plan: Plan) -> dict[str, Any]:
         "nvidia_container_toolkit_mode": t.mode,
         "nvidia_container_toolkit_runtime_configure": t.runtime_configure,
         "nvidia_container_toolkit_runtime_mode": t.runtime_mode or "",
+        "nvidia_container_toolkit_containerd_cdi": c.cdi and t.runtime_configure == "containerd",
     }
 
 

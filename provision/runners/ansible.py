@@ -54,6 +54,10 @@ def collections_path() -> str:
     return os.pathsep.join([str(collections_dir()), others])
 
 
+# Mitogen's strategies that provision runs warmed (provision/runners/strategy/provision_<name>.py).
+WARMED = ("mitogen_free", "mitogen_linear")
+
+
 def strategy_env() -> dict[str, str]:
     """Run plays with Mitogen's free strategy when it is installed (a dependency of provision): it keeps one Python
     interpreter per host for the whole play instead of starting one per task, and lets each host go at its own
@@ -62,7 +66,9 @@ def strategy_env() -> dict[str, str]:
     connection with pipelining is 4-6 % faster (1 host: 7.4 s against 7.8 s; 8 hosts: 35.0 s against 37.1 s), but a
     host's path is decided on the host, after the strategy is chosen, and a full path under it took 23.1 s against
     15.1 s on one host: Mitogen for every run size (docs/fleet.md). PROVISION_ANSIBLE_STRATEGY=linear (or free)
-    turns Mitogen off."""
+    turns Mitogen off. Mitogen's free and linear strategies run as provision's (provision/runners/strategy/:
+    provision_mitogen_free and provision_mitogen_linear), which list the collection directories once per play instead
+    of once per task (provision.runners.mitogen_warm); PROVISION_MITOGEN_WARM=0 runs Mitogen's own."""
     wanted = os.environ.get("PROVISION_ANSIBLE_STRATEGY", "mitogen_free")
     if not wanted.startswith("mitogen"):
         return {"ANSIBLE_STRATEGY": wanted}
@@ -70,14 +76,17 @@ def strategy_env() -> dict[str, str]:
         import ansible_mitogen
     except ImportError:
         return {}
-    plugins = Path(ansible_mitogen.__file__).resolve().parent / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": wanted}
+    plugins = str(Path(ansible_mitogen.__file__).resolve().parent / "plugins" / "strategy")
+    if wanted in WARMED and os.environ.get("PROVISION_MITOGEN_WARM", "1") != "0":
+        ours = str(Path(__file__).resolve().parent / "strategy")
+        return {"ANSIBLE_STRATEGY_PLUGINS": os.pathsep.join([ours, plugins]), "ANSIBLE_STRATEGY": f"provision_{wanted}"}
+    return {"ANSIBLE_STRATEGY_PLUGINS": plugins, "ANSIBLE_STRATEGY": wanted}
 
 
 def mitogen_connections() -> bool:
     """The playbook's connections are Mitogen's (strategy_env): they put their own StrictHostKeyChecking first
     (provision.ssh)."""
-    return strategy_env().get("ANSIBLE_STRATEGY", "").startswith("mitogen")
+    return "mitogen" in strategy_env().get("ANSIBLE_STRATEGY", "")
 
 
 # Seconds ansible-playbook gets to stop on SIGINT (it ends its tasks' workers and prints its recap), then after

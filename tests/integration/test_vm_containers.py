@@ -19,7 +19,12 @@ QEMU's user-network gateway:
 - the notebook account (made beforehand as a user's own account: Debian's useradd gives it subordinate ids) not put in
   the `docker` group, which stays without members;
 - podman installed for that account, the same image loaded into its own storage by `podman load` as the account, and a
-  container run rootless as the account.
+  container run rootless as the account;
+- containerd as a Kubernetes node's, over the configuration a kubeadm guide has the admin write first (`containerd
+  config default` with `SystemdCgroup = true`): the toolkit's drop-in imported, the `nvidia` runtime handler and the
+  CRI plugin's enable_cdi in what containerd itself reads (`containerd config dump`), the admin's own key kept; the
+  image imported with `ctr`, a container started through the handler's binary (nvidia-container-runtime, as the CRI
+  plugin would start it: no kubelet runs here), and the GPU by its CDI name refused for want of a spec.
 
 The image is NOT the one `provision build` makes for the plan (gigabytes of CUDA wheels, hours through an emulated
 disk): it is provision/debian:13 with Debian's python3-numpy, provision/verify copied in and the plan's environment path made
@@ -35,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -47,6 +53,7 @@ NAME = sandbox_name("vm-containers")
 TAGS = "preflight,container_engine,nvidia_container_toolkit"
 APPLY_TIMEOUT = 3 * 3600
 USER = "ml"  # deskmini's software.user
+ENGINES = ("docker", "podman", "containerd")
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
@@ -105,7 +112,7 @@ def vm(tmp_path_factory):
     url = repo.url.replace("127.0.0.1", qemu.GATEWAY)
     base = (ROOT / "profiles/deskmini.yaml").read_text()
     assert "\nsoftware:\n" in base
-    for engine in ("docker", "podman"):
+    for engine in ENGINES:
         (tmp / f"{engine}.yaml").write_text(base.replace("\nsoftware:\n", f"\nsoftware:\n  containers: {engine}\n"))
     (tmp / "standin.json").write_text(json.dumps({
         "nvidia_container_toolkit_repo_url": url, "nvidia_container_toolkit_repo_key_url": repo.key_url.replace(
@@ -118,7 +125,7 @@ def vm(tmp_path_factory):
                        "-o", str(inventory), env=env)
         assert up.returncode == 0, up.stdout + up.stderr
         print(f"VM up in {time.time() - started:.0f} s", flush=True)
-        for engine in ("docker", "podman"):
+        for engine in ENGINES:
             out = provision("render", str(tmp / f"{engine}.yaml"), "--os", "debian-13", "-o", str(tmp / engine),
                             "-i", str(inventory), env=env, timeout=300)
             assert out.returncode == 0, out.stdout + out.stderr
@@ -176,7 +183,7 @@ def report_of(proc: subprocess.CompletedProcess) -> dict:
         raise AssertionError(f"no JSON report (exit {proc.returncode}): {proc.stderr[-1500:]}") from None
 
 
-def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu_is_faked(vm):
+def test_docker_rootless_podman_and_containerd_run_the_image_from_the_controller_and_no_gpu_is_faked(vm):
     from provision.image_hosts import check_commands, remote
     from provision.pipeline.plan import plan_for
 
@@ -250,6 +257,56 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
         assert report["error"].startswith("no NVIDIA driver found (libcuda.so.1 not loadable)"), report["error"]
         gpu = on_vm(inv, remote([listed[0] if w == "IMAGE" else w for w in pcommands["verify"]]), ok=False)
         print("podman --device nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:], flush=True)
+        assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
+
+        # --- containerd, as a Kubernetes node's ----------------------------------------------------------------------
+        # The admin's own configuration first, as kubeadm's guide has it written: containerd's defaults, runc with the
+        # systemd cgroup driver.
+        on_vm(inv, "sudo -n sh -ec 'mkdir -p /etc/containerd && containerd config default "
+                   "| sed \"s/SystemdCgroup = false/SystemdCgroup = true/\" > /etc/containerd/config.toml' "
+                   "&& grep -c 'SystemdCgroup = true' /etc/containerd/config.toml")
+        ctrd_plan = plan_for(str(tmp / "containerd.yaml"), os_override="debian-13")
+        containers = ctrd_plan.containers
+        assert containers is not None and containers.cdi and containers.toolkit.runtime_configure == "containerd"
+        third = apply(vm, "containerd")
+        assert third.returncode == 0, (third.stdout + third.stderr)[-5000:]
+        assert on_vm(inv, "systemctl is-active containerd").stdout.strip() == "active"
+        dropin = on_vm(inv, "sudo -n cat /etc/containerd/conf.d/99-nvidia.toml").stdout
+        print("the toolkit's drop-in:", dropin, sep="\n", flush=True)
+        assert "/etc/containerd/conf.d/*.toml" in on_vm(inv, "sudo -n cat /etc/containerd/config.toml").stdout
+        # What containerd itself reads, its drop-in merged: the handler, CDI on in the CRI plugin, the admin's key kept.
+        cri = tomllib.loads(on_vm(inv, "sudo -n containerd config dump").stdout)["plugins"]["io.containerd.grpc.v1.cri"]
+        assert cri["enable_cdi"] is True, cri.get("enable_cdi")
+        runtimes = cri["containerd"]["runtimes"]
+        assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2", runtimes["nvidia"]
+        assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime", runtimes["nvidia"]
+        assert runtimes["runc"]["options"]["SystemdCgroup"] is True, runtimes["runc"]
+        # The runtime's own mode is the plan's: it injects devices only by their CDI names.
+        assert re.search(r'^\s*mode = "cdi"', on_vm(inv, "nvidia-ctk --quiet config").stdout, re.M)
+        again = apply(vm, "containerd")
+        assert again.returncode == 0 and re.search(r"changed=0\b", again.stdout), again.stdout[-3000:]
+
+        # The image into containerd's own store (a node takes it from a registry; here `ctr import` over ssh), and a
+        # container through the nvidia handler's binary.
+        ctr = ["sudo", "-n", "ctr", "--namespace", "provision-test"]
+        save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE)
+        imported = subprocess.run([*ssh_argv(inv), remote([*ctr, "images", "import", "-"])], stdin=save.stdout,
+                                  capture_output=True, text=True, timeout=1800)
+        save.wait(timeout=60)
+        assert imported.returncode == 0, imported.stderr[-2000:]
+        ref = next(r for r in on_vm(inv, remote([*ctr, "images", "ls", "-q"])).stdout.split() if r.endswith(tag))
+        via = [*ctr, "run", "--rm", "--runc-binary", "/usr/bin/nvidia-container-runtime"]
+        verify = [f"{ctrd_plan.python.venv}/bin/python", "-m", "provision.verify", "--json"]
+        plain = on_vm(inv, remote([*via, ref, "provision-plain", *verify]), ok=False)
+        report = report_of(plain)
+        print("verifier in a containerd container through nvidia-container-runtime, no GPU:", report.get("status"),
+              report.get("error"), flush=True)
+        assert plain.returncode == 2 and report["status"] == "error", report
+        assert report["error"].startswith("no NVIDIA driver found (libcuda.so.1 not loadable)"), report["error"]
+        gpu = on_vm(inv, remote([*via, "--env", "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all", ref, "provision-gpu",
+                                 *verify]), ok=False)
+        print("ctr with NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:],
+              flush=True)
         assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)

@@ -219,6 +219,8 @@ def test_containerd_gets_the_nvidia_runtime_handler_in_cdi_mode_and_native_cdi_f
     assert c is not None
     assert (c.engine, c.cdi, c.gpu_run_args) == ("containerd", cdi, ())
     assert (c.toolkit.runtime_configure, c.toolkit.runtime_mode) == ("containerd", "cdi")
+    # The toolkit role turns on the CRI plugin's enable_cdi only where the plan says containerd has CDI (1.7 on).
+    assert ansible_vars(resolve(profile(os, "containerd"), DB))["nvidia_container_toolkit_containerd_cdi"] is cdi
 
 
 # --- the toolkit -----------------------------------------------------------------------------------------------------
@@ -315,7 +317,7 @@ INTERFACE_VARS = {
     "nvidia_container_toolkit_packages", "nvidia_container_toolkit_repo_url", "nvidia_container_toolkit_repo_key_url",
     "nvidia_container_toolkit_repo_key_fingerprint", "nvidia_container_toolkit_repo_name",
     "nvidia_container_toolkit_mode", "nvidia_container_toolkit_runtime_configure",
-    "nvidia_container_toolkit_runtime_mode",
+    "nvidia_container_toolkit_runtime_mode", "nvidia_container_toolkit_containerd_cdi",
 }
 
 
@@ -344,6 +346,7 @@ def test_role_variables_are_the_interfaces_and_only_where_containers_are_planned
         "nvidia_container_toolkit_repo_key_fingerprint": TOOLKIT_FPR,
         "nvidia_container_toolkit_repo_name": "nvidia-container-toolkit", "nvidia_container_toolkit_mode": "cdi",
         "nvidia_container_toolkit_runtime_configure": "none", "nvidia_container_toolkit_runtime_mode": "",
+        "nvidia_container_toolkit_containerd_cdi": False,
     }
     # The fast re-apply's key covers them: a plan with containers is another host state than one without.
     assert v["preflight_fingerprint"]["key"]["vars"] != none["preflight_fingerprint"]["key"]["vars"]
