@@ -183,7 +183,7 @@ def report_of(proc: subprocess.CompletedProcess) -> dict:
         raise AssertionError(f"no JSON report (exit {proc.returncode}): {proc.stderr[-1500:]}") from None
 
 
-def test_docker_rootless_podman_and_containerd_run_the_image_from_the_controller_and_no_gpu_is_faked(vm):
+def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu_is_faked(vm):
     from provision.image_hosts import check_commands, remote
     from provision.pipeline.plan import plan_for
 
@@ -259,9 +259,24 @@ def test_docker_rootless_podman_and_containerd_run_the_image_from_the_controller
         print("podman --device nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:], flush=True)
         assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
 
-        # --- containerd, as a Kubernetes node's ----------------------------------------------------------------------
-        # The admin's own configuration first, as kubeadm's guide has it written: containerd's defaults, runc with the
-        # systemd cgroup driver.
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def test_containerd_as_a_kubernetes_node_runs_the_image_through_the_nvidia_handler_and_no_gpu_is_faked(vm):
+    """The same VM, whatever the test before left on it (docker.io brings containerd too): the plan with `containers:
+    containerd` over the admin's own config.toml."""
+    from provision.image_hosts import remote
+    from provision.pipeline.plan import plan_for
+
+    inv, tmp = vm["inventory"], vm["tmp"]
+    tag = standin_image(plan_for(str(tmp / "containerd.yaml"), os_override="debian-13"),
+                        f"provision-test/{NAME}:containerd", tmp)
+    try:
+        # The admin's own containerd first (where docker.io did not bring it), configured as kubeadm's guide has it
+        # written: containerd's defaults, runc with the systemd cgroup driver.
+        on_vm(inv, "command -v containerd >/dev/null || { sudo -n apt-get update -q >/dev/null && sudo -n env "
+                   "DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd >/dev/null; }")
         on_vm(inv, "sudo -n sh -ec 'mkdir -p /etc/containerd && containerd config default "
                    "| sed \"s/SystemdCgroup = false/SystemdCgroup = true/\" > /etc/containerd/config.toml' "
                    "&& grep -c 'SystemdCgroup = true' /etc/containerd/config.toml")
