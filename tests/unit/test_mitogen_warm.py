@@ -96,6 +96,7 @@ from ansible import constants as C
 from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
 _AnsibleCollectionFinder(C.COLLECTIONS_PATHS, C.COLLECTIONS_SCAN_SYS_PATH)._install()
 from ansible_mitogen import planner
+from provision.runners import mitogen_warm
 
 class Invocation:
     def __init__(self):
