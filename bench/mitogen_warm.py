@@ -1,5 +1,6 @@
-"""Mitogen warmed (provision.runners.mitogen_warm: the collection directories listed once per play) against Mitogen as
-it ships (every task's worker lists them), measured in one run on the same converged host, runs alternated.
+"""Mitogen warmed (provision.runners.mitogen_warm: the collection directories listed once per play, the play's vars file
+parsed once per play) against Mitogen as it ships (every task's worker lists them, ansible-playbook parses the vars
+file for every task), measured in one run on the same converged host, runs alternated.
 
 The workload is `provision apply --full --skip-check --skip-frameworks` on a converged DeskMini sandbox: every role's
 every task (about 200 workers), nothing to change, so the controller's per-task cost is most of what is measured.

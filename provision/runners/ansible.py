@@ -67,8 +67,9 @@ def strategy_env() -> dict[str, str]:
     host's path is decided on the host, after the strategy is chosen, and a full path under it took 23.1 s against
     15.1 s on one host: Mitogen for every run size (docs/fleet.md). PROVISION_ANSIBLE_STRATEGY=linear (or free)
     turns Mitogen off. Mitogen's free and linear strategies run as provision's (provision/runners/strategy/:
-    provision_mitogen_free and provision_mitogen_linear), which list the collection directories once per play instead
-    of once per task (provision.runners.mitogen_warm); PROVISION_MITOGEN_WARM=0 runs Mitogen's own."""
+    provision_mitogen_free and provision_mitogen_linear), which list the collection directories and parse the play's
+    vars file once per play instead of once per task (provision.runners.mitogen_warm); PROVISION_MITOGEN_WARM=0
+    runs Mitogen's own."""
     wanted = os.environ.get("PROVISION_ANSIBLE_STRATEGY", "mitogen_free")
     if not wanted.startswith("mitogen"):
         return {"ANSIBLE_STRATEGY": wanted}

@@ -1,4 +1,5 @@
-"""What Mitogen's strategies compute again in every task's worker, computed once in ansible-playbook's own process.
+"""What Mitogen's strategies and Ansible compute again for every task, computed once a play in ansible-playbook's own
+process.
 
 Ansible forks a worker for every task on every host, and what a worker learns dies with it. Mitogen warms Ansible's
 plugin caches before each fork for that reason (ansible_mitogen.strategy.StrategyMixin._queue_task), but not its own
@@ -9,7 +10,16 @@ about 150 calls an apply from bare (2.0 CPU-s of the controller's 31.6, sampled 
 "Where a from-bare apply's CPU goes"). The directories do not change during a run: Warm lists them once, before the
 play's first fork, and the workers inherit the list.
 
-Where Mitogen no longer has that function (another release), nothing is changed and Mitogen lists them itself.
+The same holds in ansible-playbook's own process for the play's vars files: Ansible computes every task's
+variables there, for every host, and reads each vars file again each time (it keeps a parsed vars file only when
+it was vaulted: ansible.vars.manager, `cache='vaulted'`). provision's plays name one, vars/plan.yml (10 KB, 7-9 ms a
+parse, about 280 reads an apply from bare: 2.2-2.6 CPU-s of the main process, py-spy, docs/testing.md). Warm parses
+each vars file the play names once, as Ansible would, into the loader's cache, where Ansible's next read finds it
+(its lookup takes any cached entry): what a vaulted file gets. provision writes the file before the run and not
+during it.
+
+Where Mitogen no longer has that function (another release), nothing is changed and Mitogen lists them itself; where
+the loader cannot read a vars file, it is left to Ansible, which reports it as it would.
 PROVISION_MITOGEN_WARM=0 runs Mitogen as it ships (provision.runners.ansible.strategy_env), for comparisons.
 """
 
@@ -47,10 +57,31 @@ def warm() -> bool:
     return True
 
 
+def warm_vars_files(loader: Any, play: Any) -> list[str]:
+    """Parse the vars files the play names (those not templated) into the loader's cache, with the arguments
+    Ansible reads them with (ansible.vars.manager.VariableManager.get_vars). Returns the paths kept."""
+    from ansible.errors import AnsibleError
+
+    kept: list[str] = []
+    search = play.get_search_path()
+    for item in play.get_vars_files() or []:
+        for name in item if isinstance(item, list) else [item]:
+            if not isinstance(name, str) or "{{" in name or "{%" in name:
+                continue  # templated per host: left to Ansible
+            try:
+                found = loader.path_dwim_relative_stack(search, "vars", name)
+                loader.load_from_file(found, cache="all", unsafe=True, trusted_as_template=True)
+            except (AnsibleError, OSError, TypeError):
+                continue  # not there, not parsed, or another Ansible: Ansible reads it and says what is wrong
+            kept.append(found)
+    return kept
+
+
 class Warm:
-    """Mixed in before Mitogen's StrategyMixin: warm() in ansible-playbook's process when a play starts, before its
-    workers fork."""
+    """Mixed in before Mitogen's StrategyMixin: warm() and warm_vars_files() in ansible-playbook's process when a
+    play starts, before its workers fork."""
 
     def run(self, iterator: Any, play_context: Any, result: int = 0) -> Any:
         warm()
+        warm_vars_files(self._loader, iterator._play)  # type: ignore[attr-defined]
         return super().run(iterator, play_context)  # type: ignore[misc]

@@ -1,7 +1,9 @@
 """provision runs Mitogen's strategies warmed (provision.runners.mitogen_warm): the collection directories are listed
-once, in ansible-playbook's own process, instead of by every task's worker. A real ansible-playbook on this machine
-(Mitogen's local connection) with four calls of a provision.gpu module, the reads of the collections' MANIFEST.json
-files (how Ansible lists collection directories) counted per process by an audit hook, warmed and as Mitogen ships."""
+once, in ansible-playbook's own process, instead of by every task's worker, and the play's vars file is parsed once
+instead of for every task. A real ansible-playbook on this machine (Mitogen's local connection) with four calls of a
+provision.gpu module whose argument comes from the play's vars file; the reads of the collections' MANIFEST.json
+files (how Ansible lists collection directories) and of the vars file counted per process by an audit hook, warmed
+and as Mitogen ships."""
 
 from __future__ import annotations
 
@@ -16,36 +18,46 @@ from provision.runners.ansible import collections_path, strategy_env
 
 BIN = Path(sys.executable).parent
 
-# Loaded by every Python process of the run (PYTHONPATH): one line, its pid, per MANIFEST.json of a collection opened.
+# Loaded by every Python process of the run (PYTHONPATH): one line, what and its pid, per MANIFEST.json of a
+# collection and per read of the play's vars file.
 SITECUSTOMIZE = """
 import os, sys
 _log = os.environ["PROVISION_TEST_MANIFEST_LOG"]
 def _hook(event, args):
     if event == "open" and isinstance(args[0], (str, bytes)):
         path = os.fsdecode(args[0])
-        if path.endswith("/MANIFEST.json") and "/ansible_collections/" in path:
+        what = ("manifest" if path.endswith("/MANIFEST.json") and "/ansible_collections/" in path
+                else "vars" if path.endswith("/vars/plan.yml") else None)
+        if what:
             with open(_log, "a") as f:
-                f.write(f"{os.getpid()}\\n")
+                f.write(f"{what} {os.getpid()}\\n")
 sys.addaudithook(_hook)
 """
 
 PLAY = """
 - hosts: all
   gather_facts: false
+  vars_files: [vars/plan.yml]
   tasks:
 """ + "".join(f"""
     - name: Read a file {n}
       provision.gpu.provision_facts:
-        files: [/etc/hostname]
+        files: ["{{{{ test_read }}}}"]
+      register: read_{n}
+    - name: Say what was read {n}
+      ansible.builtin.debug:
+        msg: "read {{{{ read_{n}.files | list }}}}"
 """ for n in range(4))
 
 
-def run_play(tmp: Path, warm: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[int]]:
-    """ansible-playbook's pid, and the pid of each MANIFEST.json read, in order."""
+def run_play(tmp: Path, warm: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[int], list[int]]:
+    """ansible-playbook's pid, and the pid of each MANIFEST.json read and of each read of the vars file, in order."""
     tmp.mkdir()
     log = tmp / "manifests.log"
     (tmp / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (tmp / "play.yml").write_text(PLAY)
+    (tmp / "vars").mkdir()
+    (tmp / "vars" / "plan.yml").write_text("test_read: /etc/hostname\n")
     (tmp / "hosts").write_text(f"here ansible_connection=local ansible_python_interpreter={sys.executable}\n")
     monkeypatch.setenv("PROVISION_ANSIBLE_STRATEGY", "mitogen_free")
     monkeypatch.setenv("PROVISION_MITOGEN_WARM", warm)
@@ -58,8 +70,11 @@ def run_play(tmp: Path, warm: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-4000:]
-    assert "ok=4" in out, out[-2000:]
-    return proc.pid, [int(line) for line in log.read_text().split()] if log.exists() else []
+    assert "ok=8" in out, out[-2000:]
+    assert out.count("read ['/etc/hostname']") == 4, out[-3000:]  # the value the vars file gave, in every task
+    reads = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    return (proc.pid, [int(pid) for what, pid in reads if what == "manifest"],
+            [int(pid) for what, pid in reads if what == "vars"])
 
 
 def test_the_strategy_is_provisions_warmed_mitogen_unless_asked_otherwise(monkeypatch):
@@ -77,9 +92,9 @@ def test_the_strategy_is_provisions_warmed_mitogen_unless_asked_otherwise(monkey
     assert strategy_env() == {"ANSIBLE_STRATEGY": "linear"}
 
 
-def test_the_workers_list_no_collection_directories_when_warmed(tmp_path, monkeypatch):
-    warmed_pid, warmed = run_play(tmp_path / "warm", "1", monkeypatch)
-    shipped_pid, shipped = run_play(tmp_path / "shipped", "0", monkeypatch)
+def test_the_workers_list_no_collection_directories_and_the_vars_file_is_read_once_when_warmed(tmp_path, monkeypatch):
+    warmed_pid, warmed, warmed_vars = run_play(tmp_path / "warm", "1", monkeypatch)
+    shipped_pid, shipped, shipped_vars = run_play(tmp_path / "shipped", "0", monkeypatch)
     # As Mitogen ships: each of the four tasks' workers lists every collection (processes other than ansible-playbook).
     workers = {pid for pid in shipped if pid != shipped_pid}
     assert len(workers) >= 4, (shipped_pid, sorted(set(shipped)))
@@ -87,6 +102,11 @@ def test_the_workers_list_no_collection_directories_when_warmed(tmp_path, monkey
     assert warmed, "the warmed run listed no collection: the audit hook saw nothing"
     assert set(warmed) == {warmed_pid}, (warmed_pid, sorted(set(warmed)))
     assert len(warmed) * 2 <= len(shipped), (len(warmed), len(shipped))
+    # The vars file, read only in ansible-playbook's process: as Ansible ships, again for every task's variables (the
+    # eight tasks' reads, after those before the play runs: 3 with ansible-core 2.19); warmed, the eight are one,
+    # when the play starts, and every task still had the file's value (run_play).
+    assert set(shipped_vars) == {shipped_pid} and set(warmed_vars) == {warmed_pid}, (shipped_vars, warmed_vars)
+    assert len(shipped_vars) - len(warmed_vars) == 8 - 1, (len(shipped_vars), len(warmed_vars))
 
 
 # In a process of its own, set up as ansible-playbook sets up its collection loader: what the warmed function hands a
