@@ -28,7 +28,7 @@ class WorkerSeconds:
         text = f"worker-seconds: {self.total():.1f} s over {len(self.per_test)} tests ({how}; wall {wall:.0f} s)"
         if machine_speed:
             text += (f"; normalised: {self.total() / machine_speed:.0f} machine-speed units "
-                     f"(/ machine-speed {machine_speed:.2f} s)")
+                     f"(/ machine-speed {machine_speed:.3f} s)")
         return text
 
 
