@@ -132,6 +132,15 @@ def container_paths(plan: Plan) -> list[str]:
     return paths
 
 
+def originals_kept(plan: Plan) -> list[str]:
+    """The users' files a tool rewrites for this plan, whose originals provision keeps (plugins/modules/
+    provision_originals.py): containerd's config.toml where nvidia-ctk configures containerd. The ledger puts back
+    the others it recorded."""
+    if plan.containers is not None and plan.containers.toolkit.runtime_configure == "containerd":
+        return [host_paths()["containerd_config"]]
+    return []
+
+
 @cache
 def roles_version() -> str:
     """provision's version and a digest of what the hosts run (the collection's roles and modules, and the verifier
@@ -223,7 +232,7 @@ def kernel_display_name(plan: Plan, *, skip_frameworks: bool = False) -> str:
 # and fingerprint_key counts such a one in the key (a host takes the full path once too often, never the fast path
 # wrongly). Declared per role, as its meta/argument_specs.yml names them.
 FINGERPRINT_KEY = frozenset({
-    "ledger_planned", "ledger_venv", "ledger_components_wanted", "ledger_containers_wanted",
+    "ledger_planned", "ledger_venv", "ledger_components_wanted", "ledger_containers_wanted", "ledger_originals_kept",
     "nvidia_driver_install", "nvidia_driver_branch", "nvidia_driver_source", "nvidia_driver_packages",
     "nvidia_driver_userspace_packages", "nvidia_driver_version", "nvidia_driver_min_version",
     "nvidia_driver_kernel_module", "nvidia_driver_fabric_manager_service", "nvidia_driver_repo_url",

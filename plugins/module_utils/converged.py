@@ -7,9 +7,9 @@ a host, as root, over one SSH connection, before any playbook. Standard library 
    changed gets nothing more: the playbook reads it again, refuses or repairs it, and says why.
 3. On the fast path: start the verifier as the environment's account (as roles/gpu_verify's run.yml runs it) and,
    while it runs, read the host for the checks (provision/checks/host_probe.py, as the checks' own connection would)
-   and the Jupyter token (as the account); then the verifier's report (read as the account) and the record of the
-   last converged apply (root's file, as host_record fetches it). Nothing on the host changes but the lock and the
-   verifier's report, as on the fast play.
+   and the Jupyter token (as the account); then the verifier's report (read as the account), and the record of the
+   last converged apply and the ledger (root's files, as host_record fetches them). Nothing on the host changes but
+   the lock and the verifier's report, as on the fast play.
 4. Release the lock.
 
 The answer is JSON lines on standard output, each as soon as it is known: {"path": ...}, {"reading": ...}, {"done":
@@ -119,7 +119,9 @@ def fast_path(args: dict, out, steps: Steps) -> None:
     """Step 3, on a host that takes the fast path."""
     verify = args["verify"]
     dry_run = args["dry_run"]
-    answer: dict = {"record": files.root_json(args["record"])}
+    # The ledger too, unchanged, as host_record's fast path fetches it: the controller may not have it (another
+    # admin's controller converged the host, or this one lost its state), and `apply --dry-run --diff` reads it.
+    answer: dict = {"record": files.root_json(args["record"]), "ledger": files.root_json(args["fingerprint"]["ledger"])}
     steps.done("host_record | Read the record of the last converged apply")
     proc = mode = None
     gpu = has_gpu()

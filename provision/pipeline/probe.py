@@ -282,7 +282,8 @@ def outcome(host: Host, args: dict[str, Any], done: dict[str, Any]) -> HostResul
     """The host's result as the fast play's would be: ok with the report and the record, or failed as gpu_verify's
     run.yml fails it (its words)."""
     result = HostResult(host.name, host.group.profile, "ok", path="fast", path_why="fingerprint matches",
-                        verify=done.get("report"), installed=done.get("record"))
+                        verify=done.get("report"), installed=done.get("record"),
+                        ledger=done.get("ledger") if isinstance(done.get("ledger"), dict) else None)
     if done.get("failed"):
         result.result, result.step, result.message = "failed", done["failed"]["step"], done["failed"]["msg"]
         return result

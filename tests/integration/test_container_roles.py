@@ -14,6 +14,10 @@ sandbox up`), applied by plain ansible-playbook from the checkout's collection.
   spec to them (no device is ever written).
 - A second apply changes nothing; a wrong fingerprint is refused before apt trusts the key; the ledger role of a plan
   without containers takes back exactly the keys provision added (the user's daemon.json as it was).
+- containerd for a Kubernetes node (the toolkit's role alone, `runtime_configure: containerd`) over the admin's own
+  config.toml: nvidia-ctk rewrites it whole to import its drop-in; the ledger role of a plan without containerd puts
+  the admin's file back byte for byte, mode included, and where the admin changed it since, leaves it, writes the
+  original beside it and says so in one warning.
 """
 
 from __future__ import annotations
@@ -53,6 +57,24 @@ LEDGER_PLAY = """\
     - provision.gpu.ledger
 """
 
+TOOLKIT_PLAY = """\
+---
+- name: The toolkit for a Kubernetes node's containerd
+  hosts: all
+  become: true
+  roles:
+    - provision.gpu.nvidia_container_toolkit
+"""
+CONTAINERD = "/etc/containerd/config.toml"
+# The admin's own containerd configuration (kubeadm's guide: the systemd cgroup driver), with a comment that
+# nvidia-ctk's rewrite drops.
+ADMIN_CONTAINERD = """# our cluster: systemd cgroups (ticket OPS-1234)
+version = 2
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
@@ -86,6 +108,7 @@ def host(tmp_path_factory):
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     (tmp / "play.yml").write_text(PLAY)
     (tmp / "ledger.yml").write_text(LEDGER_PLAY)
+    (tmp / "toolkit.yml").write_text(TOOLKIT_PLAY)
     # The variables provision renders for a Debian 13 plan with `containers: docker` (CONTAINERS-INTERFACE.md), the
     # toolkit's repository pointed at the stand-in.
     plan = {
@@ -187,3 +210,51 @@ def test_the_ledger_of_a_plan_without_containers_takes_back_only_provisions_keys
     assert gone.returncode == 0, out(gone)
     assert daemon_json() == USER_DAEMON
     assert json.loads(sh("cat /var/lib/provision/json-keys.json").stdout)["files"] == {}
+
+
+def test_containerds_configuration_comes_back_as_the_admin_wrote_it_when_the_plan_drops_containerd(host):
+    """nvidia-ctk rewrites config.toml whole to import its drop-in: the original is kept first and put back byte for
+    byte, mode included; one the admin changed since stays, the original beside it, said in one warning."""
+    kubernetes = {"nvidia_container_toolkit_runtime_configure": "containerd",
+                  "nvidia_container_toolkit_containerd_cdi": True}
+    no_containerd = {"ledger_containers_wanted": False, "ledger_planned": {}, "ledger_originals_kept": []}
+
+    def admin_writes() -> None:
+        assert sh(f"rm -f /etc/containerd/conf.d/99-nvidia.toml && mkdir -p /etc/containerd && printf '%s' "
+                  f"'{ADMIN_CONTAINERD}' > {CONTAINERD} && chmod 0640 {CONTAINERD}").returncode == 0
+
+    admin_writes()
+    first = apply(host, "toolkit.yml", **kubernetes)
+    assert first.returncode == 0, out(first)
+    rewritten = sh(f"cat {CONTAINERD}").stdout
+    assert "/etc/containerd/conf.d/*.toml" in rewritten and "OPS-1234" not in rewritten, rewritten
+    assert "enable_cdi = true" in sh("cat /etc/containerd/conf.d/99-nvidia.toml").stdout
+    assert sh("stat -c %a /var/lib/provision/originals.json").stdout.strip() == "600"
+    again = apply(host, "toolkit.yml", **kubernetes)
+    assert again.returncode == 0 and "changed=0" in again.stdout, out(again)
+    # A plan kept containerd: the original stays kept and the file as it is.
+    kept = apply(host, "ledger.yml", **{**no_containerd, "ledger_originals_kept": [CONTAINERD]})
+    assert kept.returncode == 0 and sh(f"cat {CONTAINERD}").stdout == rewritten, out(kept)
+
+    gone = apply(host, "ledger.yml", **no_containerd)
+    assert gone.returncode == 0, out(gone)
+    assert sh(f"cat {CONTAINERD}").stdout == ADMIN_CONTAINERD
+    assert sh(f"stat -c '%a %U' {CONTAINERD}").stdout.split() == ["640", "root"]
+    assert json.loads(sh("cat /var/lib/provision/originals.json").stdout)["files"] == {}
+
+    # Configured again; then the admin adds a registry's configuration: theirs now.
+    admin_writes()
+    assert apply(host, "toolkit.yml", **kubernetes).returncode == 0
+    registry = '\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+    assert sh(f"cat >> {CONTAINERD} <<'EOF'\n{registry}EOF").returncode == 0
+    edited = sh(f"cat {CONTAINERD}").stdout
+    assert "certs.d" in edited
+    left = apply(host, "ledger.yml", **no_containerd)
+    assert left.returncode == 0, out(left)
+    assert sh(f"cat {CONTAINERD}").stdout == edited
+    assert sh(f"cat {CONTAINERD}.provision-original").stdout == ADMIN_CONTAINERD
+    said = re.findall(rf"{CONTAINERD} was changed since nvidia_container_toolkit configured it, so provision leaves it "
+                      rf"as it is; the file as it was before is in {CONTAINERD}\.provision-original",
+                      re.sub(r"\s+", " ", left.stdout + left.stderr))
+    assert len(said) == 1, out(left)
+    sh(f"rm -f {CONTAINERD}.provision-original")

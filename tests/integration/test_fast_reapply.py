@@ -126,6 +126,10 @@ def test_a_converged_host_runs_only_the_verifier_the_record_and_the_checks(host)
     record = json.loads(sh(f"cat {RECORD}").stdout)
     assert record["fingerprint"]["digest"] and set(record["fingerprint"]["parts"]) >= {
         "packages", "wheels", "files", "units", "sources", "ledger"}
+    # This controller did not converge the host (the snapshot's apply ran from another state directory): the round
+    # trip brought the host's ledger with the record, so `apply --dry-run --diff` of a plan change lists what goes.
+    fetched = Path(host.env["PROVISION_STATE"]) / "hosts" / NAME / "ledger.json"
+    assert json.loads(fetched.read_text()) == json.loads(sh("cat /var/lib/provision/ledger.json").stdout)
 
 
 def test_check_mode_says_no_change(host):

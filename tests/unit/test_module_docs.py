@@ -31,7 +31,7 @@ def argument_spec(path: Path) -> dict:
 
 def test_every_module_is_checked() -> None:
     assert NAMES == ["provision_apt_components", "provision_facts", "provision_json_keys", "provision_ledger", "provision_lock",
-                     "provision_preflight",
+                     "provision_originals", "provision_preflight",
                      "provision_python_apt", "provision_repo_keyring", "provision_wheels"]
 
 
