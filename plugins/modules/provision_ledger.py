@@ -30,7 +30,7 @@ options:
   state:
     description: The step.
     type: str
-    choices: [begin, prune, prune_wheels, commit]
+    choices: [begin, prune, prune_wheels, commit, restart_engines]
     required: true
   path:
     description: The ledger on the host.
@@ -70,6 +70,22 @@ options:
         environment provision made goes, to be made again for the new one.
     type: str
     default: ""
+  records:
+    description:
+      - Files whose presence C(begin) reports under RV(records_present) - provision's records of its changes to the
+        engines' configurations, which tell the role whether an engine may be due a restart.
+    type: list
+    elements: path
+    default: []
+  engines:
+    description:
+      - C(restart_engines) - the engines, each a systemd C(unit) with the C(record) provision writes whenever it
+        changes that engine's configuration. One that is active and started before its record was last written is
+        restarted (it still runs on what it read then); one that is not installed, or not running, reads its
+        configuration when it starts and is left.
+    type: list
+    elements: dict
+    default: []
 author: provision maintainers (!UNKNOWN)
 """
 
@@ -99,6 +115,16 @@ ledger:
   description: The ledger as written (C(commit)) or read.
   returned: always
   type: dict
+records_present:
+  description: Those of O(records) that exist on the host (C(begin)).
+  returned: success
+  type: list
+  elements: str
+restarted:
+  description: The units restarted (C(restart_engines); in check mode, those that would be).
+  returned: success
+  type: list
+  elements: str
 """
 
 import os  # noqa: E402
@@ -106,6 +132,7 @@ import pwd  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
+import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.provision.gpu.plugins.module_utils import apt, dpkg  # noqa: E402
@@ -219,6 +246,35 @@ def systemctl(*args: str) -> None:
         subprocess.run(["systemctl", *args], capture_output=True, text=True, check=False, timeout=300)
 
 
+def started_at(unit: str) -> float | None:
+    """When an active unit last became active, in the clock of files' times; None when it is not active (or there is
+    no systemd). From ActiveEnterTimestampMonotonic, which every systemd prints (the wall-clock ActiveEnterTimestamp
+    has whole seconds only before systemd 247), turned into wall-clock time through this moment's two clocks."""
+    if not (shutil.which("systemctl") and os.path.isdir("/run/systemd/system")):
+        return None
+    proc = subprocess.run(["systemctl", "show", "-p", "ActiveState", "-p", "ActiveEnterTimestampMonotonic", unit],
+                          capture_output=True, text=True, check=False, timeout=60)
+    shown = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    if proc.returncode != 0 or shown.get("ActiveState") != "active":
+        return None
+    since_boot = int(shown.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+    return time.time() - (time.clock_gettime(time.CLOCK_MONOTONIC) - since_boot)
+
+
+def engines_due(engines: list[dict], started=started_at, mtime=os.path.getmtime) -> list[str]:
+    """The units among `engines` that run and started before provision last wrote their record."""
+    due = []
+    for engine in engines:
+        try:
+            written = mtime(engine["record"])
+        except OSError:  # no record: provision never changed this engine's configuration
+            continue
+        since = started(engine["unit"])
+        if since is not None and written > since:
+            due.append(engine["unit"])
+    return due
+
+
 def remove_path(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path)
@@ -254,6 +310,16 @@ def run(module: AnsibleModule) -> dict:
                 raise LedgerError(f"pip uninstall failed: {proc.stderr.strip()[-600:]}")
         return {"changed": bool(gone), "removed": {"wheels": gone}}
 
+    if state == "restart_engines":
+        due = engines_due(p["engines"])
+        if not module.check_mode:
+            for unit in due:
+                proc = subprocess.run(["systemctl", "restart", unit], capture_output=True, text=True, check=False,
+                                      timeout=600)
+                if proc.returncode != 0:
+                    raise LedgerError(f"systemctl restart {unit} failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
+        return {"changed": bool(due), "restarted": due}
+
     ledger = load(path)
     if state == "begin":
         planned = {} if p["destroy"] else p["planned"]
@@ -275,7 +341,8 @@ def run(module: AnsibleModule) -> dict:
             if ledger.get("pending") != pending:
                 ledger["pending"] = pending
                 write(path, ledger)
-        return {"changed": changed, "removals": found, "work": has_work(found), "ledger": ledger}
+        return {"changed": changed, "removals": found, "work": has_work(found), "ledger": ledger,
+                "records_present": [r for r in p["records"] if os.path.exists(r)]}
 
     if state == "prune":
         found = p["removals"] or {}
@@ -344,7 +411,8 @@ def run(module: AnsibleModule) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"type": "str", "choices": ["begin", "prune", "prune_wheels", "commit"], "required": True},
+            "state": {"type": "str", "choices": ["begin", "prune", "prune_wheels", "commit", "restart_engines"],
+                      "required": True},
             "path": {"type": "path", "default": "/var/lib/provision/ledger.json"},
             "planned": {"type": "dict", "default": {}},
             "destroy": {"type": "bool", "default": False},
@@ -353,6 +421,8 @@ def main() -> None:
             "removals": {"type": "dict", "default": {}},
             "venv": {"type": "path", "default": ""},
             "venv_owner": {"type": "str", "default": ""},
+            "records": {"type": "list", "elements": "path", "default": []},
+            "engines": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )

@@ -33,6 +33,8 @@ with `python3 -m venv`, labelled as the plan's so that the check's image query f
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -325,3 +327,63 @@ def test_containerd_as_a_kubernetes_node_runs_the_image_through_the_nvidia_handl
         assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def engine_started(inv: Path, unit: str) -> str:
+    return on_vm(inv, f"systemctl show -p ActiveEnterTimestampMonotonic -p MainPID {unit}").stdout
+
+
+def test_a_plan_without_containers_takes_provisions_configuration_back_and_the_running_engines_read_it(vm):
+    """The same VM after the tests before: the DeskMini plan itself (no `containers:`), applied with the ledger role
+    only. The container-only applies above ran without the ledger role (`--tags`), so the ledger lists none of the
+    engines' packages and they stay, installed and running, as an admin's own engines would: only provision's
+    configuration goes. Docker's daemon.json loses the keys provision merged, containerd's config.toml comes back as
+    the admin wrote it, and both engines are restarted so that what runs is what the files now say: Docker's CDI off
+    in `docker info`, containerd started anew. The next apply restarts nothing."""
+    from provision.pipeline.plan import plan_for
+
+    inv, tmp, env = vm["inventory"], vm["tmp"], vm["env"]
+    plain = ROOT / "profiles/deskmini.yaml"
+    assert plan_for(str(plain), os_override="debian-13").containers is None
+    out = provision("render", str(plain), "--os", "debian-13", "-o", str(tmp / "none"), "-i", str(inv), env=env,
+                    timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for unit in ("docker", "containerd"):
+        assert on_vm(inv, f"systemctl is-active {unit}").stdout.strip() == "active"
+    assert json.loads(on_vm(inv, "sudo -n docker info --format '{{json .CDISpecDirs}}'").stdout), "CDI is off already"
+    before = {unit: engine_started(inv, unit) for unit in ("docker", "containerd")}
+    originals = json.loads(on_vm(inv, "sudo -n cat /var/lib/provision/originals.json").stdout)["files"]
+    admins = originals["/etc/containerd/config.toml"]
+
+    def apply_ledger() -> subprocess.CompletedProcess:
+        started = time.time()
+        proc = run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "--tags", "preflight,ledger"],
+                   env=env, cwd=tmp / "none", timeout=APPLY_TIMEOUT, log=tmp / "apply-none")
+        print(f"apply without containers, the ledger only: exit {proc.returncode} in {time.time() - started:.0f} s",
+              flush=True)
+        return proc
+
+    dropped = apply_ledger()
+    text = dropped.stdout + dropped.stderr
+    assert dropped.returncode == 0, text[-5000:]
+    # The files: the keys provision merged gone from daemon.json (the file deleted if provision made it and nothing
+    # else is left), config.toml the admin's bytes again.
+    daemon = on_vm(inv, "sudo -n cat /etc/docker/daemon.json", ok=False)
+    assert daemon.returncode != 0 or "cdi" not in json.loads(daemon.stdout).get("features", {}), daemon.stdout
+    now = on_vm(inv, "sudo -n sha256sum /etc/containerd/config.toml").stdout.split()[0]
+    assert now == hashlib.sha256(base64.b64decode(admins["content"])).hexdigest()
+    assert "/etc/containerd/conf.d/*.toml" not in on_vm(inv, "sudo -n cat /etc/containerd/config.toml").stdout
+    # The engines: still the admin's and running, each started again after provision's change, and what runs is
+    # what the files say.
+    for unit in ("docker", "containerd"):
+        assert on_vm(inv, f"systemctl is-active {unit}").stdout.strip() == "active"
+        assert engine_started(inv, unit) != before[unit], unit
+    assert not json.loads(on_vm(inv, "sudo -n docker info --format '{{json .CDISpecDirs}}'").stdout or "null")
+    cri = tomllib.loads(on_vm(inv, "sudo -n containerd config dump").stdout)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert "nvidia" not in cri["containerd"]["runtimes"], cri["containerd"]["runtimes"]
+
+    # Converged: the next apply changes nothing and restarts nothing.
+    after = {unit: engine_started(inv, unit) for unit in ("docker", "containerd")}
+    again = apply_ledger()
+    assert again.returncode == 0 and re.search(r"changed=0\b", again.stdout), again.stdout[-3000:]
+    assert {unit: engine_started(inv, unit) for unit in ("docker", "containerd")} == after

@@ -277,3 +277,33 @@ def test_a_destroy_removes_the_ledgers_own_directory_last_after_the_packages(tmp
     assert not state_dir.exists() and not other.exists()
     assert result["removed"]["packages"] == ["hello"] and sorted(result["removed"]["paths"]) == sorted(
         [str(state_dir), str(other)])
+
+
+def test_an_engine_is_due_a_restart_only_while_it_runs_on_a_configuration_older_than_provisions_last_change(tmp_path):
+    """restart_engines (the ledger role's last step): an engine that runs and started before provision last wrote the
+    record of its configuration is restarted; one that started after (the roles' handlers restart it after their own
+    changes), one that is not running, and one whose configuration provision never changed (no record) are left.
+    The record's real time on disk; the engine's start as systemd reports it (the VM test runs the real engines)."""
+    import os
+
+    record = tmp_path / "json-keys.json"
+    record.write_text("{}")
+    written = os.path.getmtime(record)
+    engines = [{"unit": "docker.service", "record": str(record)},
+               {"unit": "containerd.service", "record": str(tmp_path / "originals.json")}]
+    starts = {"docker.service": written - 30, "containerd.service": written - 30}
+    assert host.engines_due(engines, started=starts.get) == ["docker.service"]  # containerd: no record
+    starts["docker.service"] = written + 0.001  # restarted after the change
+    assert host.engines_due(engines, started=starts.get) == []
+    assert host.engines_due(engines, started=lambda unit: None) == []  # not running
+
+
+def test_restart_engines_without_systemd_restarts_nothing_and_says_so(tmp_path):
+    """On a machine where no systemd runs (this one), no engine is active: nothing is due, nothing changes."""
+    record = tmp_path / "json-keys.json"
+    record.write_text("{}")
+    proc, out = modules.run("provision_ledger", {"state": "restart_engines", "path": str(tmp_path / "ledger.json"),
+                                                 "engines": [{"unit": "docker.service", "record": str(record)}]},
+                            tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert out["changed"] is False and out["restarted"] == [], out
