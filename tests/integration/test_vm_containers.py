@@ -80,7 +80,7 @@ def provision(*args: str, env: dict[str, str], timeout: float = 1800) -> subproc
 def standin_image(plan, tag: str, tmp: Path) -> str:
     """provision/debian:13 with provision/verify and the plan's environment path: labelled as the plan's image (profile,
     OS release) and as a stand-in."""
-    ctx = tmp / "image"
+    ctx = tmp / ("image-" + re.sub(r"\W+", "-", tag))  # one context per image: the tests each make their own
     shutil.copytree(ROOT / "provision" / "verify", ctx / "provision" / "verify",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (ctx / "provision" / "__init__.py").write_text("")
