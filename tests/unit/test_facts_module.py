@@ -11,6 +11,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,15 +36,17 @@ def dpkg_version(package: str) -> str:
 
 
 @pytest.fixture
-def venv(tmp_path: Path) -> Path:
-    """A real environment (no pip: not needed to list distributions) owned by OWNER, with two distributions."""
-    if IS_ROOT:
-        # pytest's base directories are 0700: the account must be able to reach its environment.
-        for parent in [tmp_path, *tmp_path.parents]:
-            if parent == Path("/tmp"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o005)
-    path = tmp_path / "venv"
+def venv(tmp_path: Path) -> Iterator[Path]:
+    """A real environment (no pip: not needed to list distributions) owned by OWNER, with two distributions.
+
+    In a directory of its own under /tmp, not under pytest's base directory: that one is 0700 and every pytest that
+    starts on this machine makes /tmp/pytest-of-<user> 0700 again, so an environment there that OWNER reached a
+    moment ago can vanish from it mid-test (seen 2026-11-29: its interpreter listed nothing, its .pth unread)."""
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="provision-facts-"))
+    top.chmod(0o755)
+    path = top / "venv"
     subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(path)], check=True)
     site = next(path.glob("lib/python3*/site-packages"))
     for name, version in [("Foo_Bar", "1.2.3+cu126"), ("numpy", "2.2.6")]:
@@ -51,10 +54,11 @@ def venv(tmp_path: Path) -> Path:
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     if IS_ROOT:
-        shutil.chown(tmp_path, OWNER)
+        shutil.chown(top, OWNER)
         for item in [path, *path.rglob("*")]:
             os.chown(item, pwd.getpwnam(OWNER).pw_uid, -1, follow_symlinks=False)
-    return path
+    yield path
+    shutil.rmtree(top)
 
 
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="this machine has no dpkg")
@@ -195,7 +199,7 @@ def test_a_missing_venv_is_reported_not_fatal(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not IS_ROOT, reason="dropping to the owner is what root does; as another account it runs as itself")
 def test_the_interpreter_runs_as_the_owner_never_as_root(tmp_path: Path, venv: Path) -> None:
-    witness = tmp_path / "ran-as"
+    witness = venv.parent / "ran-as"  # the directory the account owns
     site = next(venv.glob("lib/python3*/site-packages"))
     # A .pth line runs at every start of the interpreter: what the account could plant in its environment.
     (site / "witness.pth").write_text(
@@ -214,7 +218,7 @@ def test_root_is_refused_as_the_owner(tmp_path: Path, venv: Path) -> None:
 
 
 def test_without_an_owner_the_directory_owner_reads_it(tmp_path: Path, venv: Path) -> None:
-    witness = tmp_path / "ran-as"
+    witness = venv.parent / "ran-as"  # the directory the account owns
     site = next(venv.glob("lib/python3*/site-packages"))
     (site / "witness.pth").write_text(f"import os; open({str(witness)!r}, 'w').write(str(os.geteuid()))\n")
     result = run_module(tmp_path, venv={"path": str(venv), "requirements": ["numpy==2.2.6"]})
