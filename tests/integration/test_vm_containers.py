@@ -24,7 +24,9 @@ QEMU's user-network gateway:
   config default` with `SystemdCgroup = true`): the toolkit's drop-in imported, the `nvidia` runtime handler and the
   CRI plugin's enable_cdi in what containerd itself reads (`containerd config dump`), the admin's own key kept; the
   image imported with `ctr`, a container started through the handler's binary (nvidia-container-runtime, as the CRI
-  plugin would start it: no kubelet runs here), and the GPU by its CDI name refused for want of a spec.
+  plugin would start it: no kubelet runs here), and the GPU by its CDI name refused for want of a spec;
+- then a plan without containers, the ledger role only: provision's keys gone from daemon.json and config.toml the
+  admin's again, and the engines, still installed and running, restarted so that they run on what the files say.
 
 The image is NOT the one `provision build` makes for the plan (gigabytes of CUDA wheels, hours through an emulated
 disk): it is provision/debian:13 with Debian's python3-numpy, provision/verify copied in and the plan's environment path made
