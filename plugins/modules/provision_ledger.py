@@ -77,6 +77,17 @@ options:
     type: list
     elements: path
     default: []
+  engine_data:
+    description:
+      - C(prune) - the engines' packages whose purge deletes their data, each a C(package), the C(dir) that holds the
+        images, containers and volumes the engine's users made, and the maintainer scripts' C(hook) that does the
+        deleting (Debian's and Ubuntu's docker.io - its prerm saves nuke-graph-directory.sh into /var/lib/docker, its
+        postrm runs it on purge). Before such a package is purged the hook is made non-executable, so the purge
+        deletes none of the users' data; after it, the directory is removed only where it holds no image, container
+        or volume (the engine's own empty state), and is otherwise kept and said in one warning.
+    type: list
+    elements: dict
+    default: []
   engines:
     description:
       - C(restart_engines) - the engines, each a systemd C(unit) with the C(record) provision writes whenever it
@@ -108,7 +119,8 @@ removals:
   type: dict
 removed:
   description: What was removed (C(prune), C(prune_wheels)) - C(packages), C(wheels), C(paths), C(units),
-    C(accounts); C(kept) names packages left because apt would have taken a package the ledger does not own.
+    C(accounts); C(kept) names packages left because apt would have taken a package the ledger does not own;
+    C(kept_data) the engines' data directories kept after their purge (O(engine_data)).
   returned: always
   type: dict
 ledger:
@@ -241,6 +253,55 @@ def purge(candidates: list[str], owned: set[str]) -> tuple[list[str], list[str]]
     return [], kept
 
 
+def holds_users_data(path: str) -> bool:
+    """Whether an engine's data directory holds anything its users made: a container, a named or anonymous volume,
+    or an image (Docker's layout: containers/, volumes/ beside its metadata.db, image/<driver>/imagedb/content/).
+    A directory of another layout that is not empty counts as the users' too: only an engine's own empty state goes."""
+    def entries(*parts: str, ignore: tuple[str, ...] = ()) -> list[str]:
+        try:
+            return [n for n in os.listdir(os.path.join(path, *parts)) if n not in ignore]
+        except OSError:
+            return []
+
+    if not os.path.isdir(path) or os.path.islink(path):
+        return False
+    if not os.path.isdir(os.path.join(path, "image")):
+        return bool(entries())  # not Docker's layout (or not yet written): kept unless empty
+    if entries("containers") or entries("volumes", ignore=("metadata.db", "backingFsBlockDev")):
+        return True
+    return any(entries("image", driver, "imagedb", "content", "sha256") for driver in entries("image"))
+
+
+def disarm_data_hooks(engine_data: list[dict], packages: set[str]) -> None:
+    """Before the purge of an engine package that deletes its data (O(engine_data)): its maintainer scripts' hook
+    made non-executable (the prerm copies it only when it is), and a copy an earlier removal saved into the data
+    directory deleted (the postrm runs that copy). Cut anywhere, the next prune does the same again."""
+    for entry in engine_data:
+        if entry.get("package") not in packages or not entry.get("hook"):
+            continue
+        hook, data = str(entry["hook"]), str(entry.get("dir") or "")
+        if os.path.isfile(hook) and not os.path.islink(hook):
+            os.chmod(hook, os.stat(hook).st_mode & ~0o111)
+        saved = os.path.join(data, os.path.basename(hook)) if data else ""
+        if saved and os.path.lexists(saved):
+            os.unlink(saved)
+
+
+def settle_engine_data(engine_data: list[dict], purged: set[str]) -> list[str]:
+    """After the purge: each purged engine's data directory removed where it holds no users' data (the engine's own
+    empty state), kept otherwise. Returns the directories kept."""
+    kept = []
+    for entry in engine_data:
+        data = str(entry.get("dir") or "")
+        if entry.get("package") not in purged or not data or not os.path.lexists(data):
+            continue
+        if holds_users_data(data):
+            kept.append(data)
+        else:
+            remove_path(data)
+    return kept
+
+
 def systemctl(*args: str) -> None:
     if shutil.which("systemctl") and os.path.isdir("/run/systemd/system"):
         subprocess.run(["systemctl", *args], capture_output=True, text=True, check=False, timeout=300)
@@ -257,7 +318,10 @@ def started_at(unit: str) -> float | None:
     shown = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     if proc.returncode != 0 or shown.get("ActiveState") != "active":
         return None
-    since_boot = int(shown.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+    try:
+        since_boot = int(shown.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+    except ValueError:  # not a number: a systemd that prints it otherwise; say "started now", so nothing restarts
+        return time.time()
     return time.time() - (time.clock_gettime(time.CLOCK_MONOTONIC) - since_boot)
 
 
@@ -346,11 +410,13 @@ def run(module: AnsibleModule) -> dict:
 
     if state == "prune":
         found = p["removals"] or {}
-        removed: dict = {"packages": [], "kept": [], "paths": [], "units": [], "accounts": [], "venvs": []}
+        removed: dict = {"packages": [], "kept": [], "kept_data": [], "paths": [], "units": [], "accounts": [],
+                         "venvs": []}
         if not has_work(found):
             return {"changed": False, "removed": removed}
         if module.check_mode:  # what would go: the packages as named, before apt's autoremove adds its followers
-            return {"changed": True, "removed": {**removed, **{k: list(found.get(k) or []) for k in removed if k != "kept"}}}
+            return {"changed": True, "removed": {**removed, **{k: list(found.get(k) or []) for k in removed
+                                                               if k not in ("kept", "kept_data")}}}
         for unit in found.get("units") or []:
             systemctl("disable", "--now", unit)
             remove_path(unit_path(unit))
@@ -377,7 +443,13 @@ def run(module: AnsibleModule) -> dict:
                 removed["venvs" if item in (found.get("venvs") or []) else "paths"].append(item)
         if found.get("packages"):
             owned = set(ledger.get("packages") or {})
+            engine_data = p.get("engine_data") or []
+            disarm_data_hooks(engine_data, set(found["packages"]))  # the engines among what this prune purges
             removed["packages"], removed["kept"] = purge(list(found["packages"]), owned)
+            removed["kept_data"] = settle_engine_data(engine_data, set(removed["packages"]))
+            for data in removed["kept_data"]:
+                module.warn(f"{data} kept: it holds images, containers or volumes that the engine's users made, not "
+                            f"provision; delete it with `rm -rf {data}` once nobody needs them.")
         for item in sorted(last, key=len, reverse=True):
             if os.path.lexists(item):
                 remove_path(item)
@@ -392,7 +464,7 @@ def run(module: AnsibleModule) -> dict:
                 os.unlink(path)
         else:
             write(path, ledger)
-        return {"changed": any(removed[k] for k in removed if k != "kept"), "removed": removed}
+        return {"changed": any(removed[k] for k in removed if k not in ("kept", "kept_data")), "removed": removed}
 
     # commit
     if module.check_mode:
@@ -415,6 +487,7 @@ def main() -> None:
                       "required": True},
             "path": {"type": "path", "default": "/var/lib/provision/ledger.json"},
             "planned": {"type": "dict", "default": {}},
+            "engine_data": {"type": "list", "elements": "dict", "default": []},
             "destroy": {"type": "bool", "default": False},
             "purge_home": {"type": "bool", "default": False},
             "wheels": {"type": "dict", "default": {}},

@@ -42,10 +42,27 @@ def job_name(plan: Plan) -> str:
     return f"provision-verify-{slug}"[:63].rstrip("-")
 
 
+# The RuntimeClass the GPU Operator makes for the toolkit's `nvidia` handler (its chart's `operator.runtimeClass`,
+# "nvidia" in every chart kept under tests/data/gpu-operator/), which roles/nvidia_container_toolkit registers in
+# containerd beside runc, never as the default: NVIDIA's device plugin asks that for CDI ("Using CDI with the NVIDIA
+# Device Plugin": the nvidia runtime "should not be the default runtime", a RuntimeClass for it).
+RUNTIME_CLASS = "nvidia"
+
+
+def runtime_class(plan: Plan) -> str | None:
+    """The Job's RuntimeClass: none where the node's containerd injects CDI devices itself (1.7 and later, CDI on in
+    its CRI plugin: the pod runs on the default runc); the nvidia handler where the plan's containerd predates CDI,
+    whose runtime (cdi mode) injects the devices the device plugin names."""
+    if plan.containers is not None and plan.containers.engine == "containerd" and not plan.containers.cdi:
+        return RUNTIME_CLASS
+    return None
+
+
 def verify_job(plan: Plan, image: str) -> dict[str, Any]:
     """A Job that runs the image's verifier (the image's own command without Jupyter: `python -m provision.verify`)
     on one GPU, as the image's account, with no way to gain privileges, and no retry: a failed check fails the Job."""
     _, uid, _ = image_account(plan)
+    handler = runtime_class(plan)
     labels = {"app.kubernetes.io/name": "provision-verify", "app.kubernetes.io/instance": job_name(plan),
               "app.kubernetes.io/managed-by": "provision"}
     container = {
@@ -76,6 +93,7 @@ def verify_job(plan: Plan, image: str) -> dict[str, Any]:
                     # GPU nodes are often tainted so that only pods asking for a GPU land there.
                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [container],
+                    **({"runtimeClassName": handler} if handler else {}),
                 },
             },
         },
@@ -124,12 +142,14 @@ def readme_section(plan: Plan, choice: OperatorChoice, *, image: str, out_dir: s
         f"{NO_CLUSTER}\n\n"
         f"For GPU nodes that the playbook above prepared: the driver (R{plan.driver.branch}) and NVIDIA's Container "
         "Toolkit are on the node, so the GPU Operator installs neither (`driver.enabled: false`, "
-        "`toolkit.enabled: false`) and gives containers GPUs by CDI (`cdi.enabled: true`). NVIDIA's guide for "
-        "nodes with the driver and the toolkit installed asks that the node's container runtime have the toolkit's "
-        "`nvidia` runtime as its default (`nvidia-ctk runtime configure --runtime=containerd --set-as-default`); "
-        "a profile with `software.containers: containerd` has the playbook configure containerd with the "
-        "toolkit.\n\n"
-        f"GPU Operator {release.version}, chart `{chart.chart}` {release.chart_version}: {choice.reason.why} "
+        "`toolkit.enabled: false`) and gives containers GPUs by CDI (`cdi.enabled: true`). A profile with "
+        "`software.containers: containerd` has the playbook register the toolkit's `nvidia` runtime in containerd "
+        "beside runc, not as its default, with CDI on in the CRI plugin where containerd has it (1.7 and later), as "
+        "NVIDIA's device plugin asks for CDI. "
+        + ("The verification Job runs on that runtime (`runtimeClassName: nvidia`, the RuntimeClass the operator "
+           "makes): this plan's containerd predates CDI, so the runtime injects the GPU.\n\n" if runtime_class(plan)
+           else "The verification Job runs on the default runtime, where containerd injects the GPU by CDI.\n\n")
+        + f"GPU Operator {release.version}, chart `{chart.chart}` {release.chart_version}: {choice.reason.why} "
         f"({choice.reason.source}).\n\n"
         + (f"Before you install:\n\n{warnings}\n" if warnings else "")
         + "Install the operator:\n\n"

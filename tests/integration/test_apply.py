@@ -55,6 +55,11 @@ def test_first_apply_converges(first_apply):
         first_apply.stdout[-3000:])
     assert f"{NAME}: full path: no converged apply is recorded on the host" in first_apply.stdout, (
         first_apply.stdout[-3000:])
+    # One refresh of apt's lists on a stock host: nvidia_driver enables contrib/non-free before python3-apt's install,
+    # whose `apt-get update` fetches them too, so its own refresh for the components is skipped.
+    ran = {line.split(None, 2)[2] for line in first_apply.stderr.splitlines() if re.match(r"\S+\s+(ok|changed)\s", line)}
+    assert "python3_apt | Install python3-apt where dpkg does not have it" in ran, sorted(ran)
+    assert "source | Refresh apt's lists for the components just enabled" not in ran, sorted(ran)
 
 
 def test_check_is_green(first_apply):

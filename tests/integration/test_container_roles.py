@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from provision.hostfacts import ledger_planned
+from provision.pipeline.plan import plan_for
 from tests.support.names import sandbox_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,14 +41,22 @@ NAME = sandbox_name("containers")
 DAEMON = "/etc/docker/daemon.json"
 USER_DAEMON = {"log-driver": "journald", "features": {"buildkit": True},
                "runtimes": {"crun": {"path": "/usr/bin/crun"}}}
+# As provision's playbook has them: the ledger opened first (what the host has before), the roles, the ledger closed
+# (host_record's commit): what appeared in between is provision's, and a plan without containers removes it.
 PLAY = """\
 ---
 - name: Containers
   hosts: all
   become: true
   roles:
+    - provision.gpu.ledger
     - provision.gpu.container_engine
     - provision.gpu.nvidia_container_toolkit
+  post_tasks:
+    - name: Close the ledger, as host_record does
+      provision.gpu.provision_ledger:
+        state: commit
+        planned: "{{ ledger_planned }}"
 """
 LEDGER_PLAY = """\
 ---
@@ -99,6 +109,12 @@ def host(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("containers")
     repo = standin_container_toolkit_repo()
+    profile = tmp / "deskmini-docker.yaml"
+    profile.write_text((ROOT / "profiles/deskmini.yaml").read_text().replace("software:\n", "software:\n  containers: docker\n"))
+    containers_plan = plan_for(profile, os_override="debian-13")
+    without = ledger_planned(plan_for(ROOT / "profiles/deskmini.yaml", os_override="debian-13"))  # no containers
+    assert containers_plan.containers is not None and containers_plan.containers.toolkit.repo is not None
+    assert containers_plan.containers.toolkit.repo.name == "nvidia-container-toolkit"  # the stand-in's file names
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env |= {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PROVISION_STATE": str(tmp / "state"),
             "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "ANSIBLE_FORCE_COLOR": "false"}
@@ -109,11 +125,15 @@ def host(tmp_path_factory):
     (tmp / "play.yml").write_text(PLAY)
     (tmp / "ledger.yml").write_text(LEDGER_PLAY)
     (tmp / "toolkit.yml").write_text(TOOLKIT_PLAY)
-    # The variables provision renders for a Debian 13 plan with `containers: docker` (CONTAINERS-INTERFACE.md), the
-    # toolkit's repository pointed at the stand-in.
+    # The variables provision renders for a Debian 13 plan with `containers: docker` (CONTAINERS-INTERFACE.md), with
+    # two changes: the toolkit's repository pointed at the stand-in, and nvidia-ctk's `nvidia` runtime merged into
+    # daemon.json (runtime_configure docker, runtime mode cdi: what Debian 12's plan renders for its docker.io 20.10,
+    # which has no CDI; Debian 13's Docker 26 takes CDI itself and its plan has runtime_configure none), so that the
+    # merge beside the user's keys runs on this host too.
     plan = {
         "container_engine_enabled": True, "container_engine_name": "docker", "container_engine_source": "distribution",
-        "container_engine_packages": ["docker.io"], "container_engine_version": "26.1.5", "container_engine_cdi": True,
+        "container_engine_packages": list(containers_plan.containers.engine_packages),  # docker.io, docker-cli
+        "container_engine_version": "26.1.5", "container_engine_cdi": True,
         "nvidia_container_toolkit_enabled": True, "nvidia_container_toolkit_version": "1.20.0",
         "nvidia_container_toolkit_source": "nvidia-repo",
         "nvidia_container_toolkit_packages": [f"nvidia-container-toolkit-base={PINNED}"],
@@ -121,8 +141,11 @@ def host(tmp_path_factory):
         "nvidia_container_toolkit_repo_key_fingerprint": repo.fingerprint,
         "nvidia_container_toolkit_mode": "cdi", "nvidia_container_toolkit_runtime_configure": "docker",
         "nvidia_container_toolkit_runtime_mode": "cdi",
+        # The ledger's inputs for that plan (provision/hostfacts.py): the engine's and the toolkit's packages and the
+        # files the roles write are provision's once an apply has installed them.
+        "ledger_planned": ledger_planned(containers_plan), "ledger_containers_wanted": True,
     }
-    yield {"tmp": tmp, "env": env, "plan": plan, "repo": repo}
+    yield {"tmp": tmp, "env": env, "plan": plan, "repo": repo, "without": without}
     sandbox.remove(NAME)
 
 
@@ -205,11 +228,46 @@ def test_docker_and_the_toolkit_converge_beside_the_users_configuration(host):
     assert again.returncode == 0 and "changed=0" in again.stdout, out(again)
 
 
-def test_the_ledger_of_a_plan_without_containers_takes_back_only_provisions_keys(host):
-    gone = apply(host, "ledger.yml", ledger_containers_wanted=False, ledger_planned={})
+# What the toolkit's and the engine's roles wrote for the plan (provision/hostfacts.py container_paths).
+WRITTEN = ["/etc/apt/preferences.d/provision-nvidia-container-toolkit.pref", "/etc/nvidia-container-runtime",
+           "/etc/apt/keyrings/nvidia-container-toolkit.asc", "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"]
+# A notebook user's Docker volume, as dockerd lays it out (written here by hand: dockerd cannot start in this
+# machine's unprivileged containers).
+VOLUME = "/var/lib/docker/volumes/notebooks/_data/run.ipynb"
+
+
+def test_a_plan_without_containers_removes_the_engine_and_the_toolkit_and_keeps_the_users_keys_and_volumes(host):
+    """The ledger of a plan without containers: the packages provision installed (docker.io, docker-cli,
+    nvidia-container-toolkit-base and what came with them) purged, the files its roles wrote removed, only
+    provision's keys taken from the user's daemon.json, and the users' images, containers and volumes kept: Debian's
+    docker.io deletes /var/lib/docker on purge (its postrm runs the nuke-graph-directory.sh its prerm saved), so the
+    ledger disarms that hook first and says in one warning what it kept."""
+    ledger = json.loads(sh("cat /var/lib/provision/ledger.json").stdout)
+    owned = set(ledger["packages"])
+    assert {"docker.io", "docker-cli", "nvidia-container-toolkit-base", "containerd"} <= owned, sorted(owned)
+    assert not set(ledger["found"]) & {"docker.io", "nvidia-container-toolkit-base"}, ledger["found"]
+    for path in WRITTEN:
+        assert sh(f"test -e {path}").returncode == 0, path
+    assert sh(f"mkdir -p {VOLUME.rsplit('/', 1)[0]} /var/lib/docker/containers /var/lib/docker/image/overlay2 && "
+              f"echo '{{\"cells\": []}}' > {VOLUME} && touch /var/lib/docker/volumes/metadata.db").returncode == 0
+
+    gone = apply(host, "ledger.yml", ledger_containers_wanted=False, ledger_planned=host["without"])
     assert gone.returncode == 0, out(gone)
+    left = dpkg()
+    engine = {"docker.io", "docker-cli", "nvidia-container-toolkit-base", "containerd", "runc"}
+    assert not engine & set(left), sorted(engine & set(left))
+    assert not sh("dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' | grep -E '^rc +(docker|nvidia-container)'"
+                  ).stdout.strip()
+    for path in WRITTEN:
+        assert sh(f"test -e {path}").returncode != 0, path
     assert daemon_json() == USER_DAEMON
     assert json.loads(sh("cat /var/lib/provision/json-keys.json").stdout)["files"] == {}
+    assert sh(f"cat {VOLUME}").stdout == '{"cells": []}\n'
+    said = re.findall(r"/var/lib/docker kept: it holds images, containers or volumes that the engine's users made",
+                      re.sub(r"\s+", " ", gone.stdout + gone.stderr))
+    assert len(said) == 1, out(gone)
+    assert not set(json.loads(sh("cat /var/lib/provision/ledger.json").stdout)["packages"]) & engine
+    sh("rm -rf /var/lib/docker")
 
 
 def test_containerds_configuration_comes_back_as_the_admin_wrote_it_when_the_plan_drops_containerd(host):
@@ -217,7 +275,7 @@ def test_containerds_configuration_comes_back_as_the_admin_wrote_it_when_the_pla
     byte, mode included; one the admin changed since stays, the original beside it, said in one warning."""
     kubernetes = {"nvidia_container_toolkit_runtime_configure": "containerd",
                   "nvidia_container_toolkit_containerd_cdi": True}
-    no_containerd = {"ledger_containers_wanted": False, "ledger_planned": {}, "ledger_originals_kept": []}
+    no_containerd = {"ledger_containers_wanted": False, "ledger_planned": host["without"], "ledger_originals_kept": []}
 
     def admin_writes() -> None:
         assert sh(f"rm -f /etc/containerd/conf.d/99-nvidia.toml && mkdir -p /etc/containerd && printf '%s' "
@@ -238,7 +296,7 @@ def test_containerds_configuration_comes_back_as_the_admin_wrote_it_when_the_pla
 
     gone = apply(host, "ledger.yml", **no_containerd)
     assert gone.returncode == 0, out(gone)
-    assert sh(f"cat {CONTAINERD}").stdout == ADMIN_CONTAINERD
+    assert sh(f"cat {CONTAINERD}").stdout == ADMIN_CONTAINERD, out(gone)
     assert sh(f"stat -c '%a %U' {CONTAINERD}").stdout.split() == ["640", "root"]
     assert json.loads(sh("cat /var/lib/provision/originals.json").stdout)["files"] == {}
 

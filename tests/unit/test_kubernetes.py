@@ -343,3 +343,35 @@ def test_nodes_whose_containerd_provision_configures_get_no_engine_warning(engin
     lines = [w for w in choice.warnings if "software.containers" in w]
     assert len(lines) == (1 if warned else 0)
     assert all("\n" not in w for w in lines)
+
+
+@pytest.mark.parametrize("release", sorted(p.name for p in CHARTS.iterdir() if p.is_dir()))
+def test_the_runtime_class_the_job_names_is_the_one_each_kept_chart_makes(release):
+    """The operator makes a RuntimeClass for the toolkit's handler under its chart's `operator.runtimeClass`: the
+    name the Job uses where containerd predates CDI (render/kubernetes.py RUNTIME_CLASS)."""
+    from provision.render.kubernetes import RUNTIME_CLASS
+
+    values = yaml.safe_load((CHARTS / release / "values.yaml").read_text())
+    assert values["operator"]["runtimeClass"] == RUNTIME_CLASS
+
+
+@pytest.mark.parametrize(("os", "handler"), [("debian-12", "nvidia"), ("debian-13", None)])
+def test_a_containerd_without_cdi_runs_the_job_on_the_nvidia_handler_and_one_with_cdi_on_runc(os, handler):
+    """Debian 12's containerd 1.6.20 predates CDI: the Job asks for the toolkit's runtime (in cdi mode it injects the
+    GPU the device plugin names); Debian 13's 1.7.24 injects it itself, so the Job runs on the default runc, and
+    nvidia is never made the default (NVIDIA's device plugin for CDI). Valid either way, and said in the README."""
+    from provision.loader import load_profile
+    from provision.resolver import resolve
+
+    db = load_db()
+    profile = load_profile(ROOT / "profiles/deskmini.yaml", os_override=os, db=db)
+    plan = resolve(profile.model_copy(update={"software": profile.software.model_copy(
+        update={"containers": "containerd"})}), db)
+    assert plan.containers is not None and plan.containers.cdi is (handler is None)
+    job = verify_job(plan, default_tag(plan))
+    assert job["spec"]["template"]["spec"].get("runtimeClassName") == handler
+    _kv(job, "1.33")
+    choice = choose_operator(plan, load_gpu_operator(), db.branches)
+    section = re.sub(r"\s+", " ", readme_section(plan, choice, image=default_tag(plan), out_dir="/srv/rendered"))
+    assert ("`runtimeClassName: nvidia`" in section) is (handler is not None)
+    assert "--set-as-default" not in section and "not as its default" in section

@@ -6,6 +6,7 @@ simulation read; and the controller's install / replace / remove list (provision
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -307,3 +308,92 @@ def test_restart_engines_without_systemd_restarts_nothing_and_says_so(tmp_path):
                             tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert out["changed"] is False and out["restarted"] == [], out
+
+
+@pytest.mark.parametrize(("shown", "expected"), [
+    ("ActiveState=active\nActiveEnterTimestampMonotonic={mono}\n", "then"),
+    ("ActiveState=active\nActiveEnterTimestampMonotonic=n/a\n", "now"),  # not a number: never a traceback
+    ("ActiveState=inactive\nActiveEnterTimestampMonotonic=0\n", None),
+], ids=["active", "not-a-number", "inactive"])
+def test_an_engines_start_is_read_from_what_systemctl_prints(tmp_path, monkeypatch, shown, expected):
+    """started_at on what `systemctl show` prints (a script in its place on PATH: no systemd runs here): an active
+    unit's monotonic start becomes wall-clock time; a value that is not a number reads as "started now", so the
+    engine is not restarted and the module does not fail; an inactive unit has no start."""
+    import os
+    import time
+
+    mono = time.clock_gettime(time.CLOCK_MONOTONIC) - 100  # started 100 s ago
+    script = tmp_path / "systemctl"
+    script.write_text("#!/bin/sh\ncat <<'END'\n" + shown.format(mono=int(mono * 1e6)) + "END\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    real_isdir = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", lambda p: p == "/run/systemd/system" or real_isdir(p))
+    since = host.started_at("docker.service")
+    if expected is None:
+        assert since is None
+    elif expected == "then":
+        assert abs(since - (time.time() - 100)) < 5, since
+    else:
+        assert abs(since - time.time()) < 5, since
+
+
+def _docker_state(root: Path) -> Path:
+    """/var/lib/docker as dockerd leaves it after its first start with nothing made yet (Docker 26's layout: the
+    overlay2 driver's image store, the volumes' metadata, the engine's own files), written here: no dockerd runs."""
+    data = root / "var/lib/docker"
+    for sub in ("containers", "image/overlay2/imagedb/content/sha256", "image/overlay2/layerdb", "overlay2/l",
+                "volumes", "network/files", "plugins", "runtimes", "swarm", "tmp", "buildkit"):
+        (data / sub).mkdir(parents=True, exist_ok=True)
+    (data / "volumes/metadata.db").write_bytes(b"\0" * 32)
+    (data / "image/overlay2/repositories.json").write_text('{"Repositories":{}}')
+    (data / "engine-id").write_text("2b0c6f4e\n")
+    return data
+
+
+@pytest.mark.parametrize("made", ["nothing", "container", "volume", "image", "another-layout", "no-directory"])
+def test_an_engines_data_is_the_users_when_it_holds_a_container_a_volume_or_an_image(tmp_path, made):
+    """holds_users_data on real directories: the engine's own empty state is not the users'; a container, a volume
+    or an image is; a non-empty directory of a layout it does not know counts as the users' too."""
+    data = _docker_state(tmp_path)
+    if made == "container":
+        (data / "containers/4f2a9c").mkdir()
+    elif made == "volume":
+        (data / "volumes/notebooks/_data").mkdir(parents=True)
+    elif made == "image":
+        (data / "image/overlay2/imagedb/content/sha256/8a1d").write_text("{}")
+    elif made == "another-layout":
+        shutil.rmtree(data / "image")
+    elif made == "no-directory":
+        shutil.rmtree(data)
+    assert host.holds_users_data(str(data)) is (made not in ("nothing", "no-directory"))
+
+
+def test_an_engines_purge_hook_is_disarmed_and_only_its_empty_state_goes(tmp_path):
+    """docker.io's prerm copies nuke-graph-directory.sh into /var/lib/docker when the hook is executable, and its
+    postrm runs that copy on purge: before the purge the hook loses its x bits and an earlier copy goes; an engine
+    not being purged is left alone. After it, the users' data stays (said), the engine's empty state goes."""
+    hook = tmp_path / "usr/share/docker.io/contrib/nuke-graph-directory.sh"
+    hook.parent.mkdir(parents=True)
+    hook.write_text("#!/bin/sh\nrm -rf \"$1\"\n")
+    hook.chmod(0o755)
+    data = _docker_state(tmp_path)
+    saved = data / hook.name
+    saved.write_text(hook.read_text())
+    saved.chmod(0o755)
+    entry = [{"package": "docker.io", "dir": str(data), "hook": str(hook)}]
+
+    host.disarm_data_hooks(entry, {"podman"})  # docker.io is not among the purged: nothing touched
+    assert hook.stat().st_mode & 0o777 == 0o755 and saved.exists()
+    host.disarm_data_hooks(entry, {"docker.io", "docker-cli"})
+    assert hook.stat().st_mode & 0o777 == 0o644 and not saved.exists()
+    host.disarm_data_hooks(entry, {"docker.io"})  # again, as after a cut: the same
+    assert hook.stat().st_mode & 0o777 == 0o644
+
+    (data / "volumes/notebooks/_data").mkdir(parents=True)
+    (data / "volumes/notebooks/_data/run.ipynb").write_text("{}")
+    assert host.settle_engine_data(entry, {"docker-cli"}) == [] and data.exists()  # docker.io not purged
+    assert host.settle_engine_data(entry, {"docker.io"}) == [str(data)]
+    assert (data / "volumes/notebooks/_data/run.ipynb").read_text() == "{}"
+    shutil.rmtree(data / "volumes/notebooks")
+    assert host.settle_engine_data(entry, {"docker.io"}) == [] and not data.exists()
