@@ -17,7 +17,7 @@ from provision.errors import printable
 from provision.models import Plan
 from provision.render.ansible import write_yaml
 from provision.render.docker import image_account
-from provision.resolver.gpu_operator import OperatorChoice
+from provision.resolver.gpu_operator import OperatorChoice, load_gpu_operator
 
 VALUES_FILE = "gpu-operator-values.yaml"
 JOB_FILE = "verify-job.yaml"
@@ -42,19 +42,14 @@ def job_name(plan: Plan) -> str:
     return f"provision-verify-{slug}"[:63].rstrip("-")
 
 
-# The RuntimeClass the GPU Operator makes for the toolkit's `nvidia` handler (its chart's `operator.runtimeClass`,
-# "nvidia" in every chart kept under tests/data/gpu-operator/), which roles/nvidia_container_toolkit registers in
-# containerd beside runc, never as the default: NVIDIA's device plugin asks that for CDI ("Using CDI with the NVIDIA
-# Device Plugin": the nvidia runtime "should not be the default runtime", a RuntimeClass for it).
-RUNTIME_CLASS = "nvidia"
-
-
 def runtime_class(plan: Plan) -> str | None:
     """The Job's RuntimeClass: none where the node's containerd injects CDI devices itself (1.7 and later, CDI on in
-    its CRI plugin: the pod runs on the default runc); the nvidia handler where the plan's containerd predates CDI,
-    whose runtime (cdi mode) injects the devices the device plugin names."""
+    its CRI plugin: the pod runs on the default runc); where the plan's containerd predates CDI, the one the operator
+    makes for the toolkit's `nvidia` handler (data/kubernetes.yaml, chart.runtime_class), whose runtime (cdi mode)
+    injects the devices the device plugin names. roles/nvidia_container_toolkit registers that handler beside runc,
+    never as containerd's default."""
     if plan.containers is not None and plan.containers.engine == "containerd" and not plan.containers.cdi:
-        return RUNTIME_CLASS
+        return load_gpu_operator().chart.runtime_class
     return None
 
 
@@ -146,8 +141,9 @@ def readme_section(plan: Plan, choice: OperatorChoice, *, image: str, out_dir: s
         "`software.containers: containerd` has the playbook register the toolkit's `nvidia` runtime in containerd "
         "beside runc, not as its default, with CDI on in the CRI plugin where containerd has it (1.7 and later), as "
         "NVIDIA's device plugin asks for CDI. "
-        + ("The verification Job runs on that runtime (`runtimeClassName: nvidia`, the RuntimeClass the operator "
-           "makes): this plan's containerd predates CDI, so the runtime injects the GPU.\n\n" if runtime_class(plan)
+        + (f"The verification Job runs on that runtime (`runtimeClassName: {runtime_class(plan)}`, the RuntimeClass "
+           "the operator makes): this plan's containerd predates CDI, so the runtime injects the GPU.\n\n"
+           if runtime_class(plan)
            else "The verification Job runs on the default runtime, where containerd injects the GPU by CDI.\n\n")
         + f"GPU Operator {release.version}, chart `{chart.chart}` {release.chart_version}: {choice.reason.why} "
         f"({choice.reason.source}).\n\n"

@@ -25,6 +25,7 @@ class OperatorChart(_Row):
     repo_url: str
     chart: str  # REPO/CHART as `helm install` names it
     namespace: str
+    runtime_class: str  # the RuntimeClass the operator makes for the toolkit's handler (operator.runtimeClass)
 
 
 class OperatorUnsupported(_Row):

@@ -43,7 +43,8 @@ def _release(version: str, branches: list[str], status: str = "supported", **kw:
 
 def _data(*releases: dict[str, Any]) -> GpuOperatorData:
     return GpuOperatorData.model_validate({
-        "chart": {"repo_name": "nv", "repo_url": "https://charts.invalid/nv", "chart": "nv/op", "namespace": "op", **S},
+        "chart": {"repo_name": "nv", "repo_url": "https://charts.invalid/nv", "chart": "nv/op", "namespace": "op",
+                  "runtime_class": "nvidia", **S},
         "unsupported": [{"kind": "jetson", "why": "integrated GPUs are not supported", "way_out": "use the Jetson",
                          **S},
                         {"kind": "colab", "why": "not a node", "way_out": "another profile", **S}],
@@ -348,11 +349,9 @@ def test_nodes_whose_containerd_provision_configures_get_no_engine_warning(engin
 @pytest.mark.parametrize("release", sorted(p.name for p in CHARTS.iterdir() if p.is_dir()))
 def test_the_runtime_class_the_job_names_is_the_one_each_kept_chart_makes(release):
     """The operator makes a RuntimeClass for the toolkit's handler under its chart's `operator.runtimeClass`: the
-    name the Job uses where containerd predates CDI (render/kubernetes.py RUNTIME_CLASS)."""
-    from provision.render.kubernetes import RUNTIME_CLASS
-
+    name the Job uses where containerd predates CDI (data/kubernetes.yaml, chart.runtime_class)."""
     values = yaml.safe_load((CHARTS / release / "values.yaml").read_text())
-    assert values["operator"]["runtimeClass"] == RUNTIME_CLASS
+    assert values["operator"]["runtimeClass"] == load_gpu_operator().chart.runtime_class
 
 
 @pytest.mark.parametrize(("os", "handler"), [("debian-12", "nvidia"), ("debian-13", None)])
