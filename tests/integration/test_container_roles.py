@@ -216,13 +216,14 @@ def test_docker_and_the_toolkit_converge_beside_the_users_configuration(host):
     assert installed["nvidia-container-toolkit-base"] == "1.20.0-1"
     # The user's keys kept; CDI on where the engine has it (Docker 26 on Debian 13, not 20.10 on Debian 12);
     # nvidia-ctk's runtime beside the user's crun.
-    features = {"buildkit": True, "cdi": True} if host["os"] == "debian-13" else {"buildkit": True}
+    cdi = host["plan"]["container_engine_cdi"]
+    features = {"buildkit": True, "cdi": True} if cdi else {"buildkit": True}
     assert daemon_json(host) == {"log-driver": "journald", "features": features,
                                  "runtimes": {"crun": {"path": "/usr/bin/crun"},
                                               "nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
     record = json.loads(sh(host, "cat /var/lib/provision/json-keys.json").stdout)
-    owners = ["container_engine", "nvidia_container_toolkit"] if host["os"] == "debian-13" else ["nvidia_container_toolkit"]
-    assert sorted(record["files"][DAEMON]["owners"]) == owners, record  # Debian 12's engine adds no key (no CDI)
+    owners = ["container_engine", "nvidia_container_toolkit"] if cdi else ["nvidia_container_toolkit"]
+    assert sorted(record["files"][DAEMON]["owners"]) == owners, record  # an engine without CDI adds no key
     # Nobody was put in the docker group.
     group = sh(host, "getent group docker").stdout.strip()
     assert group.split(":")[3] == "" and (not members_before or members_before.strip() == group), group
