@@ -235,8 +235,18 @@ def _docker(data: Containers, os_id: str, shown: str, native: bool, toolkit: Con
             f"(no legacy hook, no libnvidia-container); {way_out}",
             source=_fact_source(data, "runtime_cdi_mode", cdi_row.source),
         ))
+    _apparmor(data, packages, choice)
     _docker_group(data, choice)
     return plan
+
+
+def _apparmor(data: Containers, packages: tuple[str, ...], choice: ContainersChoice) -> None:
+    """Why apparmor comes with Docker (data/containers.yaml facts.apparmor), where the engine's row lists it."""
+    fact = data.facts.get("apparmor")
+    if fact is None or "apparmor" not in packages:
+        return
+    choice.reasons.append(Reason(component="containers", choice="apparmor beside Docker", why=fact.text,
+                                 source=fact.source))
 
 
 def _docker_group(data: Containers, choice: ContainersChoice) -> None:

@@ -19,8 +19,9 @@ def test_the_database_has_the_containers_table():
 
 
 @pytest.mark.parametrize(("os_id", "codename", "version", "packages"), [
-    ("debian-12", "bookworm", "20.10.24", ("docker.io",)),
-    ("debian-13", "trixie", "26.1.5", ("docker.io", "docker-cli")),  # trixie's docker.io only Recommends the client
+    # apparmor: docker.io's Recommends that dockerd needs (facts.apparmor); trixie's docker.io only Recommends the client
+    ("debian-12", "bookworm", "20.10.24", ("docker.io", "apparmor")),
+    ("debian-13", "trixie", "26.1.5", ("docker.io", "docker-cli", "apparmor")),
 ])
 def test_debians_docker_io_is_the_version_the_archive_has(os_id, codename, version, packages):
     assert C is not None

@@ -15,11 +15,12 @@ QEMU's user-network gateway:
 - an image loaded from the controller by provision.image_hosts (the code of `provision build -i`: the engine's save
   stream over the inventory's ssh into `sudo -n docker load`); a container started from it through dockerd, whose
   verifier says what it says without a GPU; the check's own command (`docker run --rm --device nvidia.com/gpu=all`)
-  refused by Docker's CDI for want of a spec, never a device faked;
+  refused by Docker's CDI for want of a spec, never a device faked; `provision check` itself (the CLI) finds the image
+  on the host, runs that command and fails its image check with the engine's reason;
 - the notebook account (made beforehand as a user's own account: Debian's useradd gives it subordinate ids) not put in
   the `docker` group, which stays without members;
 - podman installed for that account, the same image loaded into its own storage by `podman load` as the account, and a
-  container run rootless as the account;
+  container run rootless as the account; `provision check` runs the image's check there as the account;
 - containerd as a Kubernetes node's, over the configuration a kubeadm guide has the admin write first (`containerd
   config default` with `SystemdCgroup = true`): the toolkit's drop-in imported, the `nvidia` runtime handler and the
   CRI plugin's enable_cdi in what containerd itself reads (`containerd config dump`), the admin's own key kept; the
@@ -40,7 +41,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +51,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.support.names import sandbox_name
+from tests.support.vm_containers import image_check_says_no_gpu, report_of, run, standin_image
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = sandbox_name("vm-containers")
@@ -62,44 +63,8 @@ ENGINES = ("docker", "podman", "containerd")
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
-def run(cmd: list[str], *, env: dict[str, str], cwd: Path = ROOT, timeout: float = 1800,
-        log: Path | None = None) -> subprocess.CompletedProcess:
-    if log is None:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    out, err = log.with_suffix(".out"), log.with_suffix(".err")
-    print(f"{log.name}: output in {out} and {err}", flush=True)
-    with out.open("w") as o, err.open("w") as e:
-        proc = subprocess.run(cmd, stdout=o, stderr=e, text=True, cwd=cwd, env=env, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out.read_text(), err.read_text())
-
-
 def provision(*args: str, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "provision", *args], env=env, timeout=timeout)
-
-
-def standin_image(plan, tag: str, tmp: Path) -> str:
-    """provision/debian:13 with provision/verify and the plan's environment path: labelled as the plan's image (profile,
-    OS release) and as a stand-in."""
-    ctx = tmp / ("image-" + re.sub(r"\W+", "-", tag))  # one context per image: the tests each make their own
-    shutil.copytree(ROOT / "provision" / "verify", ctx / "provision" / "verify",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (ctx / "provision" / "__init__.py").write_text("")
-    venv = plan.python.venv
-    (ctx / "Dockerfile").write_text(
-        "FROM provision/debian:13\n"
-        # The verifier checks its results with NumPy: Debian's, seen through the environment.
-        "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null "
-        "&& rm -rf /var/lib/apt/lists/*\n"
-        f"RUN python3 -m venv --without-pip --system-site-packages {venv}\n"
-        f"COPY provision {venv}/lib/provision-verify/provision\n"
-        f"ENV PYTHONPATH={venv}/lib/provision-verify\n"
-        f'LABEL io.provision.profile="{plan.profile}" io.provision.os="{plan.target.os_id}" '
-        'io.provision.standin="provision/verify on provision/debian:13; not the image provision build makes"\n')
-    proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return tag
 
 
 @pytest.fixture(scope="module")
@@ -180,13 +145,6 @@ def load(vm: dict, plan, tag: str) -> float:
     return sent.seconds
 
 
-def report_of(proc: subprocess.CompletedProcess) -> dict:
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON report (exit {proc.returncode}): {proc.stderr[-1500:]}") from None
-
-
 def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu_is_faked(vm):
     from provision.image_hosts import check_commands, remote
     from provision.pipeline.plan import plan_for
@@ -215,6 +173,9 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
     assert "nvidia" not in runtimes, runtimes
     assert containers.gpu_run_args == ("--device", "nvidia.com/gpu=all"), containers.gpu_run_args
     assert json.loads(on_vm(inv, "sudo -n cat /etc/docker/daemon.json").stdout)["features"]["cdi"] is True
+    # apparmor came with it (data/containers.yaml facts.apparmor): the containers get dockerd's docker-default profile.
+    security = json.loads(on_vm(inv, "sudo -n docker info --format '{{json .SecurityOptions}}'").stdout)
+    assert "name=apparmor" in security, security
     # No GPU: no spec written, by the role or by anything else.
     assert on_vm(inv, "ls /var/run/cdi /etc/cdi 2>/dev/null | grep -c nvidia", ok=False).stdout.strip() in ("", "0")
     # The docker group left alone: the notebook account is not in it, and it has no members.
@@ -239,6 +200,10 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
         gpu = on_vm(inv, remote([tag if w == "IMAGE" else w for w in commands["verify"]]), ok=False)
         print("docker --device nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:], flush=True)
         assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
+        # `provision check` itself, through the CLI: it finds the plan's image on the host and runs that command (the
+        # VM has only the container roles, so the host's other checks fail too: the image's says why in its line).
+        image_check_says_no_gpu(provision("check", str(tmp / "docker.yaml"), "-i", str(inv), "--os", "debian-13",
+                                          "--skip-frameworks", env=vm["env"], timeout=1200), tag)
 
         # --- podman, rootless as the notebook account --------------------------------------------------------------
         podman_plan = plan_for(str(tmp / "podman.yaml"), os_override="debian-13")
@@ -262,9 +227,69 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
         gpu = on_vm(inv, remote([listed[0] if w == "IMAGE" else w for w in pcommands["verify"]]), ok=False)
         print("podman --device nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:], flush=True)
         assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
+        # The same through `provision check`: the image in the notebook account's own storage, run as that account.
+        image_check_says_no_gpu(provision("check", str(tmp / "podman.yaml"), "-i", str(inv), "--os", "debian-13",
+                                          "--skip-frameworks", env=vm["env"], timeout=1200), tag)
 
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+def test_provision_build_puts_the_plans_own_image_on_the_host_and_provision_check_runs_it(vm):
+    """The same VM after the test before (dockerd configured by the docker plan): `provision build PROFILE -i
+    INVENTORY` through the CLI, the image the plan's own (the Debian 13 base is provision/debian:13, as test_image.py
+    builds it: no registry here), loaded over ssh with its progress lines; then `provision check` runs that image's
+    verifier in a container on the host and reports why it did not run. podman is not loaded here: a second copy of
+    the image would not fit the VM's 12 GB disk beside the first (the stand-in above shows the account's load)."""
+    from provision.image_hosts import check_commands, remote
+    from provision.pipeline.plan import plan_for
+
+    inv, tmp, env = vm["inventory"], vm["tmp"], vm["env"]
+    plan = plan_for(str(tmp / "docker.yaml"), os_override="debian-13")
+    commands = check_commands(plan)
+    # Only this image of the plan on the host: the test before left its stand-in in dockerd's store.
+    for old in on_vm(inv, remote(commands["images"])).stdout.split():
+        on_vm(inv, remote(["sudo", "-n", "docker", "rmi", "-f", old]))
+    tag = f"provision-test/{NAME}:built"
+    started = time.time()
+    built = run([sys.executable, "-m", "provision", "build", str(tmp / "docker.yaml"), "--os", "debian-13",
+                 "--skip-frameworks", "--base-image", "provision/debian:13", "--tag", tag, "-i", str(inv), "--json"],
+                env=env, timeout=APPLY_TIMEOUT, log=tmp / "build-i")
+    print(f"provision build -i: exit {built.returncode} in {time.time() - started:.0f} s", flush=True)
+    result: dict = {}
+    try:
+        said = built.stdout + built.stderr
+        assert built.returncode == 0, said[-5000:]
+        assert "Traceback" not in said, said[-5000:]
+        result = json.loads(built.stdout)
+        # The progress display off a terminal: a line per tenth of the image, then the engine's account.
+        tenths = re.findall(rf"^{re.escape(NAME)}: (\d+) MB of (\d+) MB \((\d+)%\), [\d.]+ MB/s", built.stderr, re.M)
+        assert len(tenths) >= 10 and tenths[-1][2] == "100", built.stderr[-3000:]
+        assert re.search(rf"^{re.escape(NAME)}: .*: loaded as root \(sudo docker\)$", built.stderr, re.M), built.stderr
+        (loaded,) = result["loaded"]
+        assert loaded["host"] == NAME and loaded["bytes"] >= result["size_bytes"] > 1e9, result
+        print(f"loaded {loaded['bytes'] / 1e6:.0f} MB in {loaded['seconds']} s", flush=True)
+        assert on_vm(inv, remote(commands["images"])).stdout.split() == [tag]
+        labels = json.loads(on_vm(inv, f"sudo -n docker image inspect --format '{{{{json .Config.Labels}}}}' {tag}")
+                            .stdout)
+        assert labels["io.provision.profile"] == "deskmini" and labels["io.provision.os"] == "debian-13", labels
+        assert "io.provision.standin" not in labels, labels
+        # The plan's own image, its verifier through dockerd without a GPU: the same answer as the stand-in's.
+        verify = commands["verify"]
+        gpu_at = verify.index(plan.containers.gpu_run_args[0])
+        without_gpu = verify[:gpu_at] + verify[gpu_at + len(plan.containers.gpu_run_args):]
+        plain = on_vm(inv, remote([tag if w == "IMAGE" else w for w in without_gpu]), ok=False)
+        report = report_of(plain)
+        print("the built image's verifier through dockerd, no GPU:", report.get("status"), report.get("error"),
+              flush=True)
+        assert plain.returncode == 2 and report["status"] == "error", report
+        assert report["error"].startswith("no NVIDIA driver found (libcuda.so.1 not loadable)"), report["error"]
+        image_check_says_no_gpu(provision("check", str(tmp / "docker.yaml"), "-i", str(inv), "--os", "debian-13",
+                                          "--skip-frameworks", env=env, timeout=1200), tag)
+    finally:
+        on_vm(inv, remote(["sudo", "-n", "docker", "rmi", "-f", tag]), ok=False)  # room for the tests after
+        subprocess.run(["docker", "rmi", "-f", tag, *([result["environment_image"]] if result.get("environment_image")
+                                                     else [])], capture_output=True)
 
 
 def test_containerd_as_a_kubernetes_node_runs_the_image_through_the_nvidia_handler_and_no_gpu_is_faked(vm):

@@ -432,7 +432,7 @@ def test_plan_explain_gives_the_containers_reasons_with_their_sources(tmp_path):
     proc = run("plan", str(_profile_file(tmp_path, "deskmini", "docker")), "--os", "debian-13", "--explain")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "  containers docker 26.1.5 (docker.io docker-cli from debian-13), CDI: docker run --device" in out
+    assert "  containers docker 26.1.5 (docker.io docker-cli apparmor from debian-13), CDI: docker run --device" in out
     assert "toolkit 1.20.0 (nvidia-container-toolkit-base=1.20.0-1)" in out
     assert "  [containers] docker 26.1.5 from debian-13" in out
     assert "      source: https://packages.debian.org/trixie/docker.io" in out
@@ -440,6 +440,9 @@ def test_plan_explain_gives_the_containers_reasons_with_their_sources(tmp_path):
     assert "      source: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html" in out
     assert "  [containers] the notebook account is not put in the docker group" in out
     assert "      source: https://docs.docker.com/engine/install/linux-postinstall/" in out
+    # apparmor with Docker, and why: without apparmor_parser Docker < 23 starts no container, Docker >= 23 confines none.
+    assert "  [containers] apparmor beside Docker" in out
+    assert "      source: https://github.com/moby/moby/pull/44902" in out
 
 
 @pytest.mark.parametrize(("name", "containers", "os", "line"), [
