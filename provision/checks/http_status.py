@@ -7,7 +7,8 @@ read here, on the host, by the account that owns it, and never appears on a comm
 Standard library only; no proxy (the service is on this host); TLS certificates are not verified (the service's
 certificate is self-signed). A server that does not answer yet (nothing listens: it was started a moment ago, by a
 boot or a restart, and a systemd unit is active before the server listens) is asked again for up to WAIT_S seconds.
-Exit 0 with the status printed, 2 when nothing answered (the reason on stderr).
+Exit 0 with the status printed, 2 when nothing answered or the token file cannot be read (the reason on stderr, one
+line).
 """
 
 import errno
@@ -33,8 +34,12 @@ def main(argv: list[str]) -> int:
     url = argv[1]
     headers = {}
     if len(argv) > 2:
-        with open(argv[2], encoding="utf-8") as f:
-            headers["Authorization"] = "token " + f.read().strip()
+        try:
+            with open(argv[2], encoding="utf-8") as f:
+                headers["Authorization"] = "token " + f.read().strip()
+        except OSError as exc:  # no token file (Jupyter never set up), or not the account's to read: one line
+            print(f"cannot read the token file {argv[2]}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({}),
         urllib.request.HTTPSHandler(context=ssl._create_unverified_context()),

@@ -239,7 +239,8 @@ def test_jupyter_api_status(probe, with_token, expected):
     if with_token and PLAN["jupyter"]["auth"] != "token":
         pytest.skip("password auth planned: no token")
     out = probe["http"][0 if with_token else -1]
-    assert out["rc"] == 0, f"GET {_jupyter_url()} as {USER} failed (exit {out['rc']}): {out['stderr'].strip()}"
+    # The last line: a script's own reason is one line, and a traceback's last line is its exception.
+    assert out["rc"] == 0, f"GET {_jupyter_url()} as {USER} failed (exit {out['rc']}): {_last_line(out['stderr'])}"
     assert out["stdout"].strip() == expected
 
 

@@ -241,3 +241,12 @@ def test_probe_says_when_nothing_answers() -> None:
     proc = probe("http://127.0.0.1:9/api/status")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("no answer from http://127.0.0.1:9/api/status: ")
+
+
+def test_probe_says_in_one_line_when_the_token_file_cannot_be_read(tmp_path: Path) -> None:
+    """A host where Jupyter was never set up (a VM given only the container roles) has no token file: the check's
+    line says so, not the first line of a traceback."""
+    missing = tmp_path / "jupyter_token"
+    proc = probe("http://127.0.0.1:9/api/status", str(missing))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [f"cannot read the token file {missing}: No such file or directory"]
