@@ -203,7 +203,7 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
         # `provision check` itself, through the CLI: it finds the plan's image on the host and runs that command (the
         # VM has only the container roles, so the host's other checks fail too: the image's says why in its line).
         image_check_says_no_gpu(provision("check", str(tmp / "docker.yaml"), "-i", str(inv), "--os", "debian-13",
-                                          "--skip-frameworks", env=vm["env"], timeout=1200), tag)
+                                          "--skip-frameworks", env=vm["env"], timeout=1200), tag, "docker")
 
         # --- podman, rootless as the notebook account --------------------------------------------------------------
         podman_plan = plan_for(str(tmp / "podman.yaml"), os_override="debian-13")
@@ -228,8 +228,13 @@ def test_docker_and_rootless_podman_run_the_image_from_the_controller_and_no_gpu
         print("podman --device nvidia.com/gpu=all:", gpu.returncode, gpu.stderr.strip()[-400:], flush=True)
         assert gpu.returncode != 0 and "nvidia.com/gpu=all" in gpu.stderr and not gpu.stdout.strip(), gpu.stderr
         # The same through `provision check`: the image in the notebook account's own storage, run as that account.
-        image_check_says_no_gpu(provision("check", str(tmp / "podman.yaml"), "-i", str(inv), "--os", "debian-13",
-                                          "--skip-frameworks", env=vm["env"], timeout=1200), tag)
+        # The VM's inventory names the docker profile for the host (provision_profile, which wins over the command's
+        # PROFILE, as for `provision apply -i`): the podman plan's check gets an inventory that names podman's.
+        podman_inv = tmp / "vm-podman.yml"
+        podman_inv.write_text(inv.read_text().replace(str(tmp / "docker.yaml"), str(tmp / "podman.yaml")))
+        assert str(tmp / "podman.yaml") in podman_inv.read_text()
+        image_check_says_no_gpu(provision("check", str(tmp / "podman.yaml"), "-i", str(podman_inv), "--os",
+                                          "debian-13", "--skip-frameworks", env=vm["env"], timeout=1200), tag, "podman")
 
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
@@ -285,7 +290,7 @@ def test_provision_build_puts_the_plans_own_image_on_the_host_and_provision_chec
         assert plain.returncode == 2 and report["status"] == "error", report
         assert report["error"].startswith("no NVIDIA driver found (libcuda.so.1 not loadable)"), report["error"]
         image_check_says_no_gpu(provision("check", str(tmp / "docker.yaml"), "-i", str(inv), "--os", "debian-13",
-                                          "--skip-frameworks", env=env, timeout=1200), tag)
+                                          "--skip-frameworks", env=env, timeout=1200), tag, "docker")
     finally:
         on_vm(inv, remote(["sudo", "-n", "docker", "rmi", "-f", tag]), ok=False)  # room for the tests after
         subprocess.run(["docker", "rmi", "-f", tag, *([result["environment_image"]] if result.get("environment_image")

@@ -181,7 +181,7 @@ def test_docker_20_10_runs_the_image_through_nvidias_runtime_and_gives_it_back(v
         # image's check must say why its container did not run, in its own line.
         checked = provision("check", str(tmp / "docker.yaml"), "-i", str(inv), "--os", "debian-12",
                             "--skip-frameworks", env=vm["env"], timeout=1200)
-        image_check_says_no_gpu(checked, tag)
+        image_check_says_no_gpu(checked, tag, "docker")
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
 

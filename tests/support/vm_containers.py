@@ -56,7 +56,12 @@ def report_of(proc: subprocess.CompletedProcess) -> dict:
         raise AssertionError(f"no JSON report (exit {proc.returncode}): {proc.stderr[-1500:]}") from None
 
 
-def image_check_says_no_gpu(checked: subprocess.CompletedProcess, image: str) -> str:
+# What each engine says when the GPU's CDI name has no spec (seen on the VMs): the check's line must be the engine's
+# own, so that a check that ran the other engine's command cannot pass for this one.
+ENGINE_WORDS = {"docker": "docker: Error response from daemon:", "podman": "Error: setting up CDI devices:"}
+
+
+def image_check_says_no_gpu(checked: subprocess.CompletedProcess, image: str, engine: str) -> str:
     """`provision check` on a VM that has only the container roles: exit 1 (the driver, the environment and Jupyter
     are not there), and the image's own check FAILED with its line: the container did not run, and why, in the
     engine's words about the GPU's CDI name. Returns that line."""
@@ -67,5 +72,5 @@ def image_check_says_no_gpu(checked: subprocess.CompletedProcess, image: str) ->
     image_check = [line for line in said.splitlines() if "test_the_images_verifier_runs_on_the_gpu" in line]
     assert image_check and all("FAILED" in line for line in image_check), said[-3000:]
     why = re.findall(rf"{re.escape(image)}: the container did not run its verifier \(exit \d+\): .*", said)
-    assert why and all("nvidia.com/gpu=all" in line for line in why), said[-3000:]
+    assert why and all("nvidia.com/gpu=all" in line and ENGINE_WORDS[engine] in line for line in why), said[-3000:]
     return why[0]
