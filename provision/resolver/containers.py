@@ -302,6 +302,7 @@ def _jetson(data: Containers, jp: JetPack, source: EngineSource, packages: tuple
         "release has" + (f" ({row.note})" if row.note else ""),
         source=row.source,
     ))
+    _apparmor(data, packages, choice)
     _docker_group(data, choice)
     return ContainersPlan(
         engine="docker", engine_source=source, engine_packages=packages, engine_version=version,

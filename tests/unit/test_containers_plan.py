@@ -488,3 +488,15 @@ def test_the_preflight_checks_the_keys_container_engine_merges(os_name, engine):
     assert role == v["preflight_container_daemon_values"]
     assert v["preflight_container_engine"] == v["container_engine_name"]
     assert v["preflight_container_rootless_user"] == v["container_engine_rootless_user"]
+
+
+def test_every_docker_plan_that_installs_apparmor_says_why():
+    """apparmor comes with Docker's packages on every route (the distribution's, docker-ce, a Jetson's): each plan that
+    installs it gives the reason with its source (data/containers.yaml facts.apparmor)."""
+    for p in (profile("debian-12", "docker"), profile("debian-13", "docker-ce"),
+              profile("ubuntu-22.04", "docker", kind="jetson", arch="aarch64", gpu="Jetson Orin Nano 8GB",
+                      jetpack="6.2")):
+        plan = resolve(p, LIVE)  # the live data/containers.yaml, not this module's fixture table
+        assert plan.containers is not None and "apparmor" in plan.containers.engine_packages, p.target
+        said = [r for r in plan.reasons if r.choice == "apparmor beside Docker"]
+        assert len(said) == 1 and said[0].source == "https://github.com/moby/moby/pull/44902", p.target
