@@ -6,6 +6,12 @@ Debian 13 base with an account of uid 1000 already there (UID1000_BASE, as nvidi
 account is renamed), so one environment build serves the checks below and test_base_with_a_uid_1000_account
 (an environment image is 1-2 GB of wheels sent, installed and committed: about 130 s of a whole run, issue 42).
 
+The two environment images are kept from one session to the next (tests/support/images.py keep_environment), as the
+wheels and the base images are: `provision build` names an environment image by its inputs and builds it only when
+none has that name, and a kept one stands only for this checkout's build code (its digest is recorded with it; a
+change to that code, or an image the record does not vouch for, builds it anew). Each session still builds both
+runtime stages from nothing, and test_image_managed_python.py builds its environment from nothing every time.
+
 Default run: frameworks skipped (`--skip-frameworks`, label io.provision.frameworks=skipped); the full image
 with PyTorch is the `heavy` test. Each image is built once per session (module-scoped fixture) and every
 check runs against that build. The wheels are downloaded once into the provision cache (PROVISION_CACHE).
@@ -36,7 +42,7 @@ from provision.render.docker import with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image
 from provision.verify.expect import Expect
-from tests.support.images import remove_images
+from tests.support.images import drop_stale_environments, keep_environment, kept_by_this_code, remove_images
 from tests.support.names import sandbox_name
 
 pytestmark = [pytest.mark.docker]
@@ -72,24 +78,35 @@ def _one_error_line(stderr: str) -> str:
 
 @pytest.fixture(scope="module")
 def shared_environments() -> Iterator[list[str]]:
-    """Environment images more than one fixture builds from (the DeskMini's, on UID1000_BASE): removed when the
-    module is done, whichever fixture's teardown comes first."""
+    """The environment images this module built from: kept for the next session when the module is done (one per
+    profile; the module's docstring). Those kept by other build code go first."""
+    drop_stale_environments()
     tags: list[str] = []
     yield tags
-    remove_images(*tags)
+    for tag in dict.fromkeys(tags):
+        keep_environment(tag)
+
+
+def build(plan: Plan, tag: str, built: list[str]) -> runner.BuildResult:
+    """The plan's image without frameworks. Where its environment image was there already and is neither one this
+    module built (BUILT) nor one kept for this checkout's build code, it is removed and the whole image built again."""
+    seen: list[str] = []
+    result = runner.build(plan, tag=tag, skip_frameworks=True, progress=seen.append)
+    reused = any(line.startswith("environment ") and "built already" in line for line in seen)
+    if reused and result.venv_image not in built and not kept_by_this_code(result.venv_image):
+        remove_images(result.tag, result.venv_image)
+        result = runner.build(plan, tag=tag, skip_frameworks=True)
+    return result
 
 
 @pytest.fixture(scope="module", params=sorted(IMAGES))
 def image(request: pytest.FixtureRequest,
           shared_environments: list[str]) -> Iterator[tuple[Plan, runner.BuildResult]]:
     plan = plan_for_image(request.param)
-    result = runner.build(plan, tag=f"provision-test/{plan.profile}:ci", skip_frameworks=True)
+    result = build(plan, f"provision-test/{plan.profile}:ci", shared_environments)
+    shared_environments.append(result.venv_image)
     yield plan, result
-    if plan.image.base_image == UID1000_BASE:
-        shared_environments.append(result.venv_image)
-        remove_images(result.tag)
-    else:
-        remove_images(result.tag, result.venv_image)
+    remove_images(result.tag)
 
 
 @pytest.fixture(scope="module")
@@ -412,7 +429,7 @@ def uid1000_image(shared_environments: list[str]) -> Iterator[tuple[Plan, runner
     before = subprocess.run(["docker", "run", "--rm", "--entrypoint", "id", UID1000_BASE, "-un", "1000"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert before == "ubuntu"  # the base really has the account the image's own cannot be created beside
-    result = runner.build(plan, tag="provision-test/deskmini:uid1000", skip_frameworks=True)
+    result = build(plan, "provision-test/deskmini:uid1000", shared_environments)
     shared_environments.append(result.venv_image)
     yield plan, result
     remove_images(result.tag)
