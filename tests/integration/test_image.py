@@ -10,8 +10,8 @@ The two environment images are kept from one session to the next (tests/support/
 wheels and the base images are: `provision build` names an environment image by its inputs and builds it only when
 none has that name, and a kept one stands only for this checkout's build code (its digest is recorded with it; a
 change to that code, or an image the record does not vouch for, builds it anew). Each session still builds both
-runtime stages through provision (BuildKit takes their steps from its cache where it still has them), and
-test_image_managed_python.py builds its environment from nothing every time.
+runtime stages through provision (BuildKit takes their steps from its cache where it still has them);
+test_image_managed_python.py keeps its environment the same way, in a slot of its own.
 
 Default run: frameworks skipped (`--skip-frameworks`, label io.provision.frameworks=skipped); the full image
 with PyTorch is the `heavy` test. Each image is built once per session (module-scoped fixture) and every

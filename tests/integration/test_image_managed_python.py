@@ -15,7 +15,11 @@ the check in the venv stage, the root-owned unpack, the copy into the runtime st
 
 Built FROM the local Debian 13 base (provision/debian:13: nothing can be pulled here) with --skip-frameworks; the
 plan's other wheels (CUDA and cuDNN from PyPI, NumPy, Jupyter) are downloaded into the provision cache once and
-installed into the 3.11 environment for real.
+installed into the 3.11 environment for real. That environment image is kept from one session to the next, recorded
+with the build code's digest (tests/support/images.py), as test_image.py's are: it is named by its inputs (the
+stage's text with the archive's sha256, the base, the wheel files), so a new stand-in archive or other wheels name
+another one. The venv stage's own check of the archive is built every session by
+test_the_venv_stage_checks_the_archive_itself, from a context of its own.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from provision.pipeline.plan import plan_for
 from provision.render.docker import render_dockerfile, with_base_image
 from provision.runners import docker as runner
 from provision.sandbox import ensure_base_image
-from tests.support.images import remove_images
+from tests.support.images import drop_stale_environments, keep_environment, kept_by_this_code, remove_images
 
 # The first run builds the stand-in archive (minutes, once per cache) and downloads ~1.5 GB of CUDA/cuDNN wheels
 # for Python 3.11 before the image build itself: slow, as the other long image and host tests.
@@ -49,6 +53,8 @@ REPO = Path(__file__).resolve().parents[2]
 TAG = "provision-test/managed-python:ci"
 REFUSED_TAG = "provision-test/managed-python:refused"
 STAGE_TAG = "provision-test/managed-python:venv-stage"
+# Its environment image is named provision-venv/deskmini:... as test_image.py's DeskMini one: kept in a slot of its own.
+KEPT_SLOT = "test_image_managed_python"
 # Run in the image as its account: the interpreter of the environment, and where it lives.
 WHICH = "import sys; print(sys.version_info[:2], sys.base_prefix)"
 # As the image's account: every file and folder of the prefix root's, none writable by the account or by group and
@@ -109,13 +115,29 @@ def build_args(pinned: dict, mirror: Path, tag: str) -> list[str]:
             "--index", "pytorch=off", "--python-mirror", str(mirror), "--tag", tag, "--json"]
 
 
-@pytest.fixture(scope="module")
-def built(pinned: dict) -> Iterator[dict]:
+def build(pinned: dict) -> dict:
+    """`provision build` of the pinned plan through the CLI: its JSON, and whether it found its environment image
+    built already (the line it prints then)."""
     proc = provision_cli(*build_args(pinned, pinned["mirror"], TAG))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout)
+    return {**json.loads(proc.stdout), "reused": "is built already" in proc.stderr}
+
+
+@pytest.fixture(scope="module")
+def built(pinned: dict) -> Iterator[dict]:
+    """The image, built once for the module. Its environment image is kept for the next session in a slot of its
+    own (tests/support/images.py), as test_image.py's are: one found already that the record does not vouch for
+    (other build code, a session stopped before its end, a developer's build) is removed and the whole image built
+    again, so what the tests read is what this checkout's provision builds."""
+    drop_stale_environments()
+    result = build(pinned)
+    if result["reused"] and not kept_by_this_code(result["environment_image"]):
+        remove_images(TAG, result["environment_image"])
+        result = build(pinned)
+        assert not result["reused"]
     yield {**pinned, "result": result}
-    remove_images(TAG, result["environment_image"])
+    remove_images(TAG)
+    keep_environment(result["environment_image"], slot=KEPT_SLOT)
 
 
 def test_the_environment_runs_the_managed_interpreter(built: dict) -> None:

@@ -7,7 +7,7 @@ Removing an image does not free its layers: BuildKit keeps them as build-cache r
 no build uses go too, by ID, never one from before the session (a developer's own build cache stays).
 
 One kind is kept from one session to the next, as the wheels and the base images are: the environment images
-test_image.py builds (keep_environment). `provision build` names an environment image by what goes into it (the venv
+test_image.py and test_image_managed_python.py build (keep_environment). `provision build` names an environment image by what goes into it (the venv
 stage's text, the base image's ID, the wheel files: provision/runners/docker/context.py) and builds it only when no
 image has that name. A kept image is recorded with the digest of the code that built it (BUILD_CODE), and
 drop_stale_environments removes it before a build as soon as that code differs in the checkout, so a kept image
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Dockerfile's rendering and its template.
 BUILD_CODE = ("provision/runners/docker", "provision/runners/buildkit.py", "provision/render/docker.py",
               "templates/Dockerfile.j2")
-KEPT = "test-environments.json"  # in the controller's cache: tag -> the BUILD_CODE digest it was built with
+KEPT = "test-environments.json"  # in the controller's cache: tag -> {"code": BUILD_CODE digest, "slot": whose}
 
 # When this test session began: scripts/test.sh exports it for every worker; a lone pytest takes its own start.
 SESSION_START = float(os.environ.setdefault("PROVISION_TEST_SESSION_START", str(time.time())))
@@ -68,14 +68,18 @@ def build_code_digest() -> str:
     return digest.hexdigest()
 
 
-def _kept() -> dict[str, str]:
+def _kept() -> dict[str, dict[str, str]]:
+    """The record: each kept tag with the BUILD_CODE digest it was built with and its slot (whose it is: one tag per
+    slot). A record of the first form (tag -> digest) reads with the tag's repository as its slot."""
     try:
-        return json.loads((cache_root() / KEPT).read_text())
+        record = json.loads((cache_root() / KEPT).read_text())
     except (OSError, ValueError):
         return {}
+    return {tag: entry if isinstance(entry, dict) else {"code": entry, "slot": tag.rsplit(":", 1)[0]}
+            for tag, entry in record.items()}
 
 
-def _write_kept(kept: dict[str, str]) -> None:
+def _write_kept(kept: dict[str, dict[str, str]]) -> None:
     path = cache_root() / KEPT
     path.with_suffix(".tmp").write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
     path.with_suffix(".tmp").replace(path)
@@ -85,29 +89,32 @@ def kept_by_this_code(tag: str) -> bool:
     """Whether TAG is an environment image kept for this checkout's BUILD_CODE (not one left by a session of other
     code, or by a session stopped before its end)."""
     with cache_lock("test-environments"):
-        return _kept().get(tag) == build_code_digest()
+        return _kept().get(tag, {}).get("code") == build_code_digest()
 
 
 def drop_stale_environments() -> list[str]:
-    """Before test_image.py builds: the kept environment images built by other code than this checkout's go, so that
+    """Before test_image.py or test_image_managed_python.py builds: the kept environment images built by other code than this checkout's go, so that
     the build makes them anew. Returns the tags removed."""
     code = build_code_digest()
     with cache_lock("test-environments"):
         kept = _kept()
-        stale = sorted(tag for tag, built_by in kept.items() if built_by != code)
+        stale = sorted(tag for tag, entry in kept.items() if entry["code"] != code)
         remove_images(*stale)
-        _write_kept({tag: built_by for tag, built_by in kept.items() if tag not in stale})
+        _write_kept({tag: entry for tag, entry in kept.items() if tag not in stale})
     return stale
 
 
-def keep_environment(tag: str) -> None:
-    """After test_image.py: the environment image TAG stays for the next session, recorded with this checkout's
-    BUILD_CODE digest. An older one of the same repository (the same profile, other inputs) goes: one per profile."""
+def keep_environment(tag: str, slot: str = "") -> None:
+    """After the module that built it: the environment image TAG stays for the next session, recorded with this
+    checkout's BUILD_CODE digest. One per slot (by default the tag's repository, i.e. the profile): an older one kept
+    in the same slot (the same profile, other inputs) goes. test_image_managed_python.py's image has the DeskMini's
+    repository too, so it has a slot of its own, and neither module's image pushes out the other's."""
     if not tag:
         return
-    repository = tag.rsplit(":", 1)[0]
+    slot = slot or tag.rsplit(":", 1)[0]
     with cache_lock("test-environments"):
         kept = _kept()
-        older = sorted(t for t in kept if t != tag and t.rsplit(":", 1)[0] == repository)
+        older = sorted(t for t, entry in kept.items() if t != tag and entry["slot"] == slot)
         remove_images(*older)
-        _write_kept({**{t: c for t, c in kept.items() if t not in older}, tag: build_code_digest()})
+        _write_kept({**{t: e for t, e in kept.items() if t not in older}, tag: {"code": build_code_digest(),
+                                                                              "slot": slot}})
