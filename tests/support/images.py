@@ -7,11 +7,11 @@ Removing an image does not free its layers: BuildKit keeps them as build-cache r
 no build uses go too, by ID, never one from before the session (a developer's own build cache stays).
 
 One kind is kept from one session to the next, as the wheels and the base images are: the environment images
-test_image.py and test_image_managed_python.py build (keep_environment). `provision build` names an environment image by what goes into it (the venv
-stage's text, the base image's ID, the wheel files: provision/runners/docker/context.py) and builds it only when no
-image has that name. A kept image is recorded with the digest of the code that built it (BUILD_CODE), and
-drop_stale_environments removes it before a build as soon as that code differs in the checkout, so a kept image
-stands only for what this checkout's provision would build from the same inputs."""
+test_image.py and test_image_managed_python.py build (keep_environment). `provision build` names an environment image
+by what goes into it (the venv stage's text, the base image's ID, the wheel files: provision/runners/docker/context.py)
+and builds it only when no image has that name. A kept image is recorded with the digest of the code that built it
+(BUILD_CODE), and drop_stale_environments removes it before a build as soon as that code differs in the checkout, so a
+kept image stands only for what this checkout's provision would build from the same inputs."""
 
 from __future__ import annotations
 
@@ -93,8 +93,8 @@ def kept_by_this_code(tag: str) -> bool:
 
 
 def drop_stale_environments() -> list[str]:
-    """Before test_image.py or test_image_managed_python.py builds: the kept environment images built by other code than this checkout's go, so that
-    the build makes them anew. Returns the tags removed."""
+    """Before test_image.py or test_image_managed_python.py builds: the kept environment images built by other code
+    than this checkout's go, so that the build makes them anew. Returns the tags removed."""
     code = build_code_digest()
     with cache_lock("test-environments"):
         kept = _kept()
